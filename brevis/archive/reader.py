@@ -1,0 +1,105 @@
+"""Reading an archive: validate header, footer and index, then decode chunks.
+
+Streams are read with pread, so one reader serves many threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import zstandard
+
+from ..dsl.interpreter import decode
+from ..errors import BrevisError, ChecksumError, FormatError, InvalidArgument, IOFailure, TruncatedError
+from .format import FOOTER_SIZE, HEADER_SIZE, Footer, check_header, index_digest
+from .index import DIGEST_BYTES, Chunk, Index, SegmentEntry
+
+
+def chunk_digest(data) -> bytes:
+    return hashlib.sha256(data).digest()[:DIGEST_BYTES]
+
+
+class ArchiveReader:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        try:
+            self.fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise InvalidArgument(f"{self.path}: no such archive") from None
+        except IsADirectoryError:
+            raise InvalidArgument(f"{self.path} is a folder, not an archive") from None
+        except OSError as e:
+            raise IOFailure(f"cannot open {self.path}: {e.strerror}") from None
+        try:
+            self.size = os.fstat(self.fd).st_size
+            self.index = self._read_index()
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    def _read_index(self) -> Index:
+        check_header(self.read(0, min(self.size, HEADER_SIZE), allow_short=True))
+        if self.size < HEADER_SIZE + FOOTER_SIZE:
+            raise TruncatedError("archive ends before its footer")
+        self.footer = Footer.unpack(self.read(self.size - FOOTER_SIZE, FOOTER_SIZE), self.size)
+        stored = self.read(self.footer.index_offset, self.footer.index_length)
+        if index_digest(stored) != self.footer.digest:
+            raise FormatError("index checksum mismatch")
+        try:
+            raw = zstandard.ZstdDecompressor().decompress(
+                stored, max_output_size=self.footer.index_raw_length)
+        except zstandard.ZstdError as e:
+            raise FormatError(f"index does not decompress: {e}") from None
+        if len(raw) != self.footer.index_raw_length:
+            raise FormatError("index has the wrong length")
+        try:
+            obj = json.loads(raw.decode("ascii"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise FormatError("index is not valid JSON") from None
+        return Index.from_json(obj, HEADER_SIZE, self.footer.index_offset)
+
+    def read(self, offset: int, length: int, allow_short: bool = False) -> bytes:
+        try:
+            data = os.pread(self.fd, length, offset)
+        except OSError as e:
+            raise IOFailure(f"cannot read {self.path}: {e.strerror}") from None
+        while len(data) < length:  # pread may return less than asked
+            try:
+                more = os.pread(self.fd, length - len(data), offset + len(data))
+            except OSError as e:
+                raise IOFailure(f"cannot read {self.path}: {e.strerror}") from None
+            if not more:
+                if allow_short:
+                    break
+                raise TruncatedError(f"archive ends at {offset + len(data)}, inside a stream")
+            data += more
+        return data
+
+    def decode_chunk(self, seg: SegmentEntry, chunk: Chunk) -> np.ndarray:
+        """The original bytes of one chunk (uint8), checked against its digest."""
+        streams = [memoryview(self.read(off, length)) for off, length in chunk.streams]
+        try:
+            values = decode(seg.programs[chunk.program], seg.value_type, chunk.n, streams)
+        except BrevisError:
+            raise
+        except (ValueError, TypeError, IndexError, OverflowError, MemoryError) as e:
+            raise FormatError(f"segment {seg.name!r}: a stream does not decode ({e})") from None
+        data = values.view(np.uint8)
+        if chunk_digest(data) != chunk.digest:
+            raise ChecksumError(f"segment {seg.name!r}: decoded bytes do not match their checksum")
+        return data
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> "ArchiveReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

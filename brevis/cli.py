@@ -1,0 +1,182 @@
+"""The `brevis` command. Commands only: the work is in brevis.api.
+
+Errors are one line on stderr and an exit code per kind (see errors.py);
+tracebacks only with --debug.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import traceback
+from contextlib import contextmanager
+
+import click
+
+from . import __version__, api
+from .errors import BrevisError
+from .parallel import default_threads
+from .sources import collect
+
+EXIT_INTERRUPTED = 130
+EXIT_INTERNAL = 70
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return str(n)
+
+
+@contextmanager
+def progress_bar(total: int, quiet: bool, desc: str):
+    from tqdm import tqdm
+
+    disable = quiet or not sys.stderr.isatty()
+    with tqdm(total=total, unit="B", unit_scale=True, desc=desc, disable=disable,
+              leave=False, file=sys.stderr) as bar:
+        yield bar.update
+
+
+def _emit(as_json: bool, quiet: bool, summary: dict, line: str) -> None:
+    if as_json:
+        click.echo(json.dumps(summary, indent=1))
+    elif not quiet:
+        click.echo(line)
+
+
+threads_option = click.option("-j", "--threads", type=click.IntRange(min=1), default=None,
+                              help="Worker threads (default: one per core).")
+quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary.")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="brevis")
+@click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Brevis: lossless archives of model checkpoints."""
+    ctx.obj = {"debug": debug}
+
+
+@cli.command()
+@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("-o", "--output", required=True, type=click.Path(path_type=str), help="Archive to write (.brv).")
+@click.option("-f", "--force", is_flag=True, help="Overwrite an existing archive.")
+@threads_option
+@quiet_option
+@json_option
+def compress(sources, output, force, threads, quiet, as_json):
+    """Compress checkpoint folders or files into one archive."""
+    files, _ = collect(list(sources))
+    total = sum(s.path.stat().st_size for s in files)
+    with progress_bar(total, quiet, "compress") as update:
+        s = api.compress(sources, output, threads=threads or default_threads(), force=force,
+                         progress=update)
+    ratio = f"{100 * s['ratio']:.1f} %" if s["ratio"] is not None else "-"
+    _emit(as_json, quiet, s, f"{output}: {s['files']} files, {_size(s['original_bytes'])} -> "
+          f"{_size(s['archive_bytes'])} ({ratio}) in {s['seconds']:.1f} s")
+
+
+@cli.command()
+@click.argument("archive", type=click.Path(path_type=str))
+@click.option("-o", "--output", type=click.Path(path_type=str), default=None,
+              help="Folder to write (default: the archive's name without .brv).")
+@click.option("-f", "--force", is_flag=True, help="Overwrite existing files.")
+@threads_option
+@quiet_option
+@json_option
+def decompress(archive, output, force, threads, quiet, as_json):
+    """Rebuild every archived file, byte for byte."""
+    with progress_bar(0, quiet, "decompress") as update:
+        s = api.decompress(archive, output, threads=threads or default_threads(), force=force,
+                           progress=update)
+    _emit(as_json, quiet, s, f"{s['output']}: {s['files']} files, {_size(s['bytes'])} in {s['seconds']:.1f} s")
+
+
+@cli.command()
+@click.argument("archive", type=click.Path(path_type=str))
+@click.option("--source", "sources", multiple=True, type=click.Path(path_type=str),
+              help="Also compare with the original files (as given to compress; repeatable).")
+@threads_option
+@quiet_option
+@json_option
+def verify(archive, sources, threads, quiet, as_json):
+    """Decode everything and check every checksum (exit 0 only if all match)."""
+    with progress_bar(0, quiet, "verify") as update:
+        r = api.verify(archive, list(sources) or None, threads=threads or default_threads(),
+                       progress=update)
+    if as_json:
+        click.echo(json.dumps(r, indent=1))
+    elif not quiet:
+        for p in r["problems"]:
+            where = ": ".join(str(x) for x in (p["file"], p["segment"]) if x is not None)
+            click.echo(f"{where}: {p['error']}", err=True)
+        what = " and the source" if sources else ""
+        click.echo(f"{archive}: OK, {r['files']} files match{what}" if r["ok"]
+                   else f"{archive}: FAILED, {len(r['problems'])} problems")
+    if not r["ok"]:
+        sys.exit(6)
+
+
+@cli.command()
+@click.argument("archive", type=click.Path(path_type=str))
+@json_option
+def inspect(archive, as_json):
+    """Show files, tensors, sizes and the program of each tensor."""
+    r = api.inspect(archive)
+    if as_json:
+        click.echo(json.dumps(r, indent=1))
+        return
+    total = r["original_bytes"]
+    click.echo(f"{r['archive']}: {len(r['files'])} files, {_size(total)} -> {_size(r['archive_bytes'])}"
+               f" ({100 * r['archive_bytes'] / total:.1f} %)" if total else f"{r['archive']}: empty")
+    for f in r["files"]:
+        pct = f"{100 * f['stored_bytes'] / f['original_bytes']:.1f} %" if f["original_bytes"] else "-"
+        click.echo(f"{f['path']}  [{f['format']}]  {f['original_bytes']} -> {f['stored_bytes']} ({pct})")
+        for s in f["segments"]:
+            shape = "x".join(map(str, s["shape"])) if s["shape"] is not None else ""
+            click.echo(f"  {s['name'] or '(bytes)'}  {s['dtype']}{'[' + shape + ']' if shape else ''}  "
+                       f"{s['original_bytes']} -> {s['stored_bytes']}")
+            for p in s["programs"]:
+                click.echo(f"    {p['program']}" + (f"  ({p['chunks']} chunks)" if len(s["programs"]) > 1 else ""))
+
+
+def _terminate(signum, frame):
+    # Unwind like Ctrl-C so temporary files are removed on the way out.
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> None:
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        cli.main(args=argv, prog_name="brevis", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("brevis: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except BrevisError as e:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"brevis: {e.kind}: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        click.echo("brevis: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        os._exit(1)
+    except Exception as e:  # a bug: say so in one line, details with --debug
+        if debug:
+            traceback.print_exc()
+        click.echo(f"brevis: internal error: {type(e).__name__}: {e} (rerun with --debug)", err=True)
+        sys.exit(EXIT_INTERNAL)

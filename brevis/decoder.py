@@ -1,0 +1,166 @@
+"""Decompression and verification: archive -> chunks -> files.
+
+Files are rebuilt in a staging folder beside the output and moved into
+place only when every file decoded and matched its checksums, so a failure
+leaves no partial output.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+from .archive.index import FileEntry
+from .archive.reader import ArchiveReader
+from .archive.writer import io_failure
+from .errors import BrevisError, InvalidArgument, IOFailure, OutputExists
+from .parallel import Pool
+from .sources import collect
+
+Progress = Callable[[int], None] | None
+
+
+def file_chunks(reader: ArchiveReader, entry: FileEntry, pool: Pool) -> Iterator[memoryview]:
+    """The decoded bytes of one file, chunk by chunk, in order."""
+    work = [(seg, chunk) for seg in entry.segments for chunk in seg.chunks]
+    for data in pool.ordered_map(lambda sc: reader.decode_chunk(*sc), work):
+        yield memoryview(data)
+
+
+def default_output(archive: Path) -> Path:
+    return archive.with_suffix("") if archive.suffix == ".brv" else archive.with_name(archive.name + ".out")
+
+
+def decompress(archive, output=None, *, threads: int = 1, force: bool = False,
+               progress: Progress = None) -> dict:
+    start = time.perf_counter()
+    archive = Path(archive)
+    with ArchiveReader(archive) as reader:
+        index = reader.index
+        out = Path(output) if output is not None else default_output(archive)
+        if out.exists() and not out.is_dir():
+            raise OutputExists(f"{out} exists and is not a folder")
+        if not force:
+            clashes = [f.path for f in index.files if os.path.lexists(out / f.path)]
+            if clashes:
+                raise OutputExists(f"{out / clashes[0]} exists (use --force to overwrite)")
+        parent = out.absolute().parent
+        if not parent.is_dir():
+            raise InvalidArgument(f"cannot write {out}: folder {parent} does not exist")
+        free = shutil.disk_usage(parent).free
+        if index.original_bytes > free:
+            raise IOFailure(f"{out}: needs {index.original_bytes} bytes, {free} free on disk")
+        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=parent))
+        try:
+            with Pool(threads) as pool:
+                for entry in index.files:
+                    target = stage / entry.path
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    try:
+                        with open(target, "wb") as f:
+                            for data in file_chunks(reader, entry, pool):
+                                f.write(data)
+                                if progress:
+                                    progress(len(data))
+                    except OSError as e:
+                        raise io_failure(e, f"cannot write {out / entry.path}") from None
+            for d in index.dirs:
+                (stage / d).mkdir(parents=True, exist_ok=True)
+            _move_into_place(stage, out, index)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+    seconds = time.perf_counter() - start
+    return {"archive": str(archive), "output": str(out), "files": len(index.files),
+            "bytes": index.original_bytes, "seconds": seconds}
+
+
+def _move_into_place(stage: Path, out: Path, index) -> None:
+    try:
+        if not out.exists():
+            os.rename(stage, out)
+            return
+        root = out.resolve()
+        for entry in index.files:
+            target = out / entry.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            # A link already in the output folder must not carry a file outside it.
+            if not target.parent.resolve().is_relative_to(root):
+                raise InvalidArgument(f"{target} would be written outside {out} (through a link)")
+            if target.is_dir():
+                raise OutputExists(f"{target} is a folder")
+            os.replace(stage / entry.path, target)
+        for d in index.dirs:
+            (out / d).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise io_failure(e, f"cannot write {out}") from None
+
+
+def verify(archive, sources=None, *, threads: int = 1, progress: Progress = None) -> dict:
+    """Decode everything and check it; with `sources`, compare to the originals too.
+
+    `sources` are named as for compress (the same paths give the same names).
+    Returns a report whose "ok" is True only when everything matched;
+    problems are listed per file and segment instead of stopping at the first.
+    """
+    start = time.perf_counter()
+    problems: list[dict] = []
+
+    def problem(file, segment, error):
+        problems.append({"file": file, "segment": segment, "error": error})
+
+    originals = None
+    if sources:
+        files, _ = collect([sources] if isinstance(sources, (str, os.PathLike)) else list(sources))
+        originals = {s.name: s.path for s in files}
+    with ArchiveReader(Path(archive)) as reader:
+        index = reader.index
+        with Pool(threads) as pool:
+            for entry in index.files:
+                original = None
+                if originals is not None:
+                    if entry.path not in originals:
+                        problem(entry.path, None, "missing from the source")
+                    else:
+                        try:
+                            original = open(originals[entry.path], "rb")
+                        except OSError as e:
+                            problem(entry.path, None, f"cannot read source: {e.strerror}")
+                for seg, error in _check_file(reader, entry, pool, original, progress):
+                    problem(entry.path, seg.name, error)
+                if original is not None:
+                    if original.read(1):
+                        problem(entry.path, None, "source file is longer than the archived one")
+                    original.close()
+        if originals is not None:
+            for name in sorted(set(originals) - {f.path for f in index.files}):
+                problem(name, None, "in the source but not in the archive")
+    return {"archive": str(archive), "ok": not problems, "files": len(index.files),
+            "bytes": index.original_bytes, "problems": problems,
+            "seconds": time.perf_counter() - start}
+
+
+def _check_file(reader, entry: FileEntry, pool: Pool, original, progress: Progress):
+    """Yield (segment, error) for every problem found in one file."""
+    work = [(seg, chunk) for seg in entry.segments for chunk in seg.chunks]
+
+    def decode(sc):
+        try:
+            return sc, reader.decode_chunk(*sc), None
+        except BrevisError as e:
+            return sc, None, str(e)
+
+    for (seg, chunk), data, error in pool.ordered_map(decode, work):
+        length = chunk.n * seg.itemsize
+        if error:
+            yield seg, error
+            if original is not None:
+                original.seek(length, os.SEEK_CUR)
+        elif original is not None:
+            if original.read(length) != data.tobytes():
+                yield seg, "decoded bytes differ from the source"
+        if progress:
+            progress(length)

@@ -1,0 +1,109 @@
+"""Programs: trees of operators ending in coder leaves.
+
+Serialized form (JSON-clean, stored in the archive index):
+    [production_id, config]                 a coder leaf
+    [production_id, config, [child, ...]]   an operator and its children
+Children appear in the order of the operator's outputs. The streams a
+program writes are its leaves in depth-first order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import ProgramError
+from .operator import Coder, Operator, Production, production
+from .types import Field
+
+MAX_DEPTH = 16
+MAX_NODES = 256
+
+
+@dataclass(frozen=True)
+class Program:
+    node: Production
+    children: tuple["Program", ...] = field(default=())
+
+    # ---------------------------------------------------------------- build
+    @staticmethod
+    def leaf(coder: Coder) -> "Program":
+        return Program(coder)
+
+    @staticmethod
+    def op(operator: Operator, *children: "Program") -> "Program":
+        return Program(operator, tuple(children))
+
+    # ----------------------------------------------------------- structure
+    @property
+    def is_leaf(self) -> bool:
+        return isinstance(self.node, Coder)
+
+    def leaves(self) -> list[Coder]:
+        if self.is_leaf:
+            return [self.node]  # type: ignore[list-item]
+        return [c for child in self.children for c in child.leaves()]
+
+    def check(self, t: Field, depth: int = 0) -> int:
+        """Type-check against input type t; return the number of streams."""
+        if depth > MAX_DEPTH:
+            raise ProgramError(f"program deeper than {MAX_DEPTH}")
+        if isinstance(self.node, Coder):
+            if self.children:
+                raise ProgramError(f"coder {self.node.id} cannot have children")
+            self.node.accepts(t)
+            return 1
+        if not isinstance(self.node, Operator):
+            raise ProgramError(f"{self.node!r} is not a production")
+        types = self.node.output_types(t)
+        if len(types) != len(self.children):
+            raise ProgramError(
+                f"{self.node.id} on {t} gives {len(types)} values but has {len(self.children)} children")
+        return sum(child.check(ct, depth + 1) for child, ct in zip(self.children, types))
+
+    # ------------------------------------------------------ serialization
+    def to_json(self) -> list:
+        if self.is_leaf:
+            return [self.node.id, self.node.config]
+        return [self.node.id, self.node.config, [c.to_json() for c in self.children]]
+
+    @staticmethod
+    def from_json(obj) -> "Program":
+        budget = [MAX_NODES]
+        return _from_json(obj, 0, budget)
+
+    # ------------------------------------------------------------- display
+    def describe(self, t: Field | None = None) -> str:
+        """Readable text, e.g. float_fields(grouping=e|sm)[exponent: zstd(level=1), ...]."""
+        if self.is_leaf:
+            return self.node.describe()
+        names = None
+        types: list = [None] * len(self.children)
+        if t is not None:
+            try:
+                types = self.node.output_types(t)  # type: ignore[union-attr]
+                names = self.node.output_names(t)  # type: ignore[union-attr]
+            except ProgramError:
+                pass
+        parts = []
+        for i, (child, ct) in enumerate(zip(self.children, types)):
+            text = child.describe(ct)
+            parts.append(f"{names[i]}: {text}" if names else text)
+        return f"{self.node.describe()}[{', '.join(parts)}]" if parts else self.node.describe()
+
+
+def _from_json(obj, depth: int, budget: list[int]) -> Program:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ProgramError(f"program has more than {MAX_NODES} nodes")
+    if depth > MAX_DEPTH:
+        raise ProgramError(f"program deeper than {MAX_DEPTH}")
+    if not isinstance(obj, list) or len(obj) not in (2, 3) or not isinstance(obj[0], str):
+        raise ProgramError("a program node is [id, config] or [id, config, children]")
+    node = production(obj[0], obj[1])
+    if isinstance(node, Coder):
+        if len(obj) != 2:
+            raise ProgramError(f"coder {node.id} cannot have children")
+        return Program(node)
+    if len(obj) != 3 or not isinstance(obj[2], list):
+        raise ProgramError(f"operator {node.id} needs a list of children")
+    return Program(node, tuple(_from_json(c, depth + 1, budget) for c in obj[2]))

@@ -1,0 +1,55 @@
+"""Types of the values a program passes between operators.
+
+A value is a flat numpy array of unsigned integers. Its type says how many
+of the bits are significant (`Field`), and, for a tensor, which element
+type the bits are (`Tensor`), so operators that need the float layout can
+check for it. A byte stream is `Field(8)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..dtypes import DType, uint_for_bits
+
+
+@dataclass(frozen=True)
+class Field:
+    """A stream of unsigned integers below 2**bits."""
+
+    bits: int
+
+    def __post_init__(self):
+        if not 1 <= self.bits <= 64:
+            raise ValueError(f"a field has 1..64 bits, not {self.bits}")
+
+    @property
+    def container(self) -> np.dtype:
+        return uint_for_bits(self.bits)
+
+    def __str__(self) -> str:
+        return f"u{self.bits}"
+
+
+@dataclass(frozen=True)
+class Tensor(Field):
+    """The elements of a tensor, as their unsigned bit patterns."""
+
+    dtype: DType = None  # type: ignore[assignment]
+
+    def __str__(self) -> str:
+        return self.dtype.name
+
+
+BYTES = Field(8)
+
+
+def tensor(dtype: DType) -> Tensor:
+    return Tensor(dtype.bits, dtype)
+
+
+def field_type(value_type: Field) -> Field:
+    """The plain field a tensor is when its dtype does not matter."""
+    return Field(value_type.bits)

@@ -1,0 +1,74 @@
+"""File formats: cut a file into segments (tensors and byte spans).
+
+A layout is a list of segments that tile the file exactly, in order. A
+tensor segment carries its dtype and shape so that programs can use the
+element structure; a byte segment is opaque. Rebuilding a file is writing
+its segments back to back, so any layout is lossless; parsing only has to
+be right about where tensors are to help the ratio. A file that fails to
+parse becomes one byte segment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from ..dtypes import DType
+
+
+@dataclass(frozen=True)
+class Segment:
+    offset: int
+    length: int
+    name: str = ""
+    dtype: DType | None = None  # None: opaque bytes
+    shape: tuple[int, ...] | None = None
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.length
+
+
+class ParseError(Exception):
+    """This file is not (well-formed) in the format tried; store it as bytes."""
+
+
+def opaque(size: int, name: str = "") -> list[Segment]:
+    return [Segment(0, size, name)] if size else []
+
+
+def fill_gaps(tensors: list[Segment], start: int, size: int) -> list[Segment]:
+    """Tile [0, size): header bytes before `start`, tensors, bytes between them.
+
+    Raises ParseError if tensors overlap or leave the file.
+    """
+    out: list[Segment] = [Segment(0, start, "__header__")] if start else []
+    pos = start
+    for seg in sorted(tensors, key=lambda s: (s.offset, s.length)):
+        if not seg.length:  # an empty tensor owns no bytes; keep it listed
+            if seg.offset > size:
+                raise ParseError(f"tensor {seg.name!r} leaves the file")
+            out.append(Segment(pos, 0, seg.name, seg.dtype, seg.shape))
+            continue
+        if seg.offset < pos or seg.end > size:
+            raise ParseError(f"tensor {seg.name!r} overlaps another or leaves the file")
+        if seg.offset > pos:
+            out.append(Segment(pos, seg.offset - pos, "__gap__"))
+        out.append(seg)
+        pos = seg.end
+    if pos < size:
+        out.append(Segment(pos, size - pos, "__trailer__"))
+    return out
+
+
+def layout(f: BinaryIO, size: int, name: str) -> tuple[str, list[Segment]]:
+    """The format's name and the segments of a file; opaque if nothing parses."""
+    from . import safetensors
+
+    for fmt in (safetensors,):
+        if fmt.detect(f, size, name):
+            try:
+                return fmt.NAME, fmt.parse(f, size)
+            except ParseError:
+                break
+    return "bytes", opaque(size)

@@ -1,0 +1,81 @@
+"""Finding the files to archive and naming them inside the archive.
+
+One folder: its contents, named relative to it (decompressing gives the
+folder's contents back). Several sources, or files: each named by its base
+name, folders keeping their name as the first path component. Symbolic
+links to files are followed (a Hugging Face cache folder is made of them);
+links to folders are not, so a walk cannot loop. Empty folders are kept.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InvalidArgument
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str  # POSIX path inside the archive
+    path: Path  # where it is on disk
+
+
+def _walk(root: Path, prefix: str) -> tuple[list[Source], list[str]]:
+    files, dirs = [], []
+    for here, subdirs, names in os.walk(root, followlinks=False, onerror=_raise):
+        subdirs.sort()
+        rel = os.path.relpath(here, root)
+        rel_name = "" if rel == "." else rel.replace(os.sep, "/")
+        base = "/".join(p for p in (prefix, rel_name) if p)
+        entries = sorted(names) + [d for d in subdirs if os.path.islink(os.path.join(here, d))]
+        kept = 0
+        for name in sorted(entries):
+            path = Path(here, name)
+            if path.is_file():
+                files.append(Source(f"{base}/{name}" if base else name, path))
+                kept += 1
+            elif path.is_symlink() and path.is_dir():
+                raise InvalidArgument(f"{path} is a link to a folder; pass the folder itself")
+            else:
+                raise InvalidArgument(f"{path} is not a regular file (broken link, socket or device)")
+        if not kept and not subdirs and base:
+            dirs.append(base)
+    return files, dirs
+
+
+def _raise(e: OSError):
+    raise InvalidArgument(f"cannot read {e.filename}: {e.strerror}")
+
+
+def collect(paths: list[str | os.PathLike]) -> tuple[list[Source], list[str]]:
+    """The files and empty folders to archive, in archive order."""
+    if not paths:
+        raise InvalidArgument("nothing to compress")
+    roots = [Path(p) for p in paths]
+    for r in roots:
+        if not r.exists():
+            raise InvalidArgument(f"{r}: no such file or folder")
+    files: list[Source] = []
+    dirs: list[str] = []
+    if len(roots) == 1 and roots[0].is_dir():
+        files, dirs = _walk(roots[0], "")
+    else:
+        for r in roots:
+            name = r.resolve().name if r.name in ("", ".", "..") else r.name
+            if r.is_dir():
+                f, d = _walk(r, name)
+                files += f
+                dirs += d or ([] if f else [name])
+            elif r.is_file():
+                files.append(Source(name, r))
+            else:
+                raise InvalidArgument(f"{r} is not a regular file or folder")
+    names = [s.name for s in files] + dirs
+    seen = set()
+    for n in names:
+        if n in seen:
+            raise InvalidArgument(f"two sources would both be stored as {n!r}")
+        seen.add(n)
+    return files, dirs

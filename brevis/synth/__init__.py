@@ -1,0 +1,1 @@
+"""Choosing programs (compression side only; decoding never imports this)."""
