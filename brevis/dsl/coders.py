@@ -70,6 +70,8 @@ class Zstd(Coder):
         return cls(level=1, strategy=1, window_log=17, hash_log=10, chain_log=6, min_match=7)
 
     def describe(self):
+        if self == Zstd.entropy():
+            return "zstd(entropy)"  # the preset above; its parameters are in the archive
         shown = {k: v for k, v in self._config.items() if v or k == "level"}
         return "zstd(" + ",".join(f"{k}={v}" for k, v in shown.items()) + ")"
 

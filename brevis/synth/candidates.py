@@ -19,6 +19,8 @@ from ..dsl import (BytePlanes, Constant, Field, FloatFields, LowZeroBits, PackBi
 LEAF_CODERS = (Raw(), Zstd.entropy(), Zstd.at_level(3))
 BYTES_CODERS = LEAF_CODERS + (Zstd.at_level(9),)
 SMALL = 4096  # below this many bytes, structure cannot pay for itself
+# A slower coder must save this share of the best faster one's size to be chosen.
+SPEED_MARGIN = 0.005
 
 
 @dataclass
@@ -32,7 +34,7 @@ def _best_leaf(x: np.ndarray, t: Field, coders=LEAF_CODERS) -> tuple[Program, in
     best = None
     for coder in coders:
         size = len(coder.encode(x, t))
-        if best is None or size < best[1]:
+        if best is None or size < best[1] * (1 - SPEED_MARGIN):
             best = (Program.leaf(coder), size)
     return best  # type: ignore[return-value]
 
