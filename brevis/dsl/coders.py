@@ -40,9 +40,10 @@ class Zstd(Coder):
     """zstd with explicit parameters; inverse: zstd decompression.
 
     0 for a tuning parameter means "the level's default". A fast strategy
-    with a long minimum match and small tables turns zstd into a near-order-0
-    Huffman coder: it codes an exponent stream within a few % of its entropy
-    at several times the speed of default zstd (measured in DESIGN.md).
+    with a long minimum match and the smallest hash table turns zstd into a
+    near-order-0 Huffman coder. On minilm's f32 exponents in 256K-value
+    chunks: 2.641 bits/value, against 2.626 for an ideal Huffman code, 2.696
+    with hash_log 10 and 3.236 for default level 3.
     """
 
     id = "zstd"
@@ -67,7 +68,7 @@ class Zstd(Coder):
     @classmethod
     def entropy(cls) -> "Zstd":
         """Match finder nearly off: an order-0 coder for field streams."""
-        return cls(level=1, strategy=1, window_log=17, hash_log=10, chain_log=6, min_match=7)
+        return cls(level=1, strategy=1, window_log=17, hash_log=6, chain_log=6, min_match=7)
 
     def describe(self):
         if self == Zstd.entropy():
