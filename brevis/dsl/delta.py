@@ -1,0 +1,136 @@
+"""Differences between neighbours: delta, xor-delta, zig-zag, transpose.
+
+`stride` picks the neighbour: 1 is the previous element, the row length
+of a 2-D tensor is the element above (a delta along axis 0). The first
+`stride` elements of a chunk are kept as they are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import FormatError, NotApplicable, ProgramError
+from .operator import Operator, register
+from .types import Field
+
+
+def _mask(x: np.ndarray, bits: int) -> np.ndarray:
+    if bits < 8 * x.itemsize:
+        x &= x.dtype.type((1 << bits) - 1)
+    return x
+
+
+def _columns(y: np.ndarray, stride: int) -> tuple[np.ndarray, int]:
+    """y padded to whole rows of `stride`, as (rows, stride)."""
+    n = len(y)
+    pad = (-n) % stride
+    if pad:
+        y = np.concatenate([y, np.zeros(pad, y.dtype)])
+    return y.reshape(-1, stride), n
+
+
+class _Strided(Operator):
+    params = {"stride": int}
+
+    @classmethod
+    def validate(cls, config):
+        if not 1 <= config["stride"] <= 1 << 26:
+            raise ProgramError(f"{cls.id}: stride must be in 1..2^26")
+
+    def output_types(self, t):
+        return [Field(t.bits)]
+
+
+@register
+class Delta(_Strided):
+    """y[i] = x[i] - x[i-stride] modulo 2^bits. Inverse: running sums per lane."""
+
+    id = "delta"
+
+    def forward(self, x, t):
+        s = self._config["stride"]
+        y = x.astype(t.container, copy=True)
+        if len(x) > s:
+            y[s:] = x[s:] - x[:-s]
+        return [_mask(y, t.bits)]
+
+    def inverse(self, n, t, read):
+        lanes, n = _columns(read(0, n), self._config["stride"])
+        out = np.cumsum(lanes, axis=0, dtype=t.container).reshape(-1)[:n]
+        return _mask(out, t.bits)
+
+
+@register
+class XorDelta(_Strided):
+    """y[i] = x[i] xor x[i-stride]. Inverse: running xor per lane."""
+
+    id = "xor_delta"
+
+    def forward(self, x, t):
+        s = self._config["stride"]
+        y = x.astype(t.container, copy=True)
+        if len(x) > s:
+            y[s:] = x[s:] ^ x[:-s]
+        return [y]
+
+    def inverse(self, n, t, read):
+        lanes, n = _columns(read(0, n).astype(t.container), self._config["stride"])
+        return np.bitwise_xor.accumulate(lanes, axis=0).reshape(-1)[:n]
+
+
+@register
+class ZigZag(Operator):
+    """Map two's complement v to 2v (v >= 0) or -2v-1 (v < 0), so small
+    magnitudes of either sign become small codes. Inverse: (z >> 1) xor -(z & 1).
+    """
+
+    id = "zigzag"
+    params: dict = {}
+
+    def output_types(self, t):
+        if t.bits not in (8, 16, 32, 64):
+            raise ProgramError(f"zigzag needs an 8, 16, 32 or 64-bit field, not {t}")
+        return [Field(t.bits)]
+
+    def forward(self, x, t):
+        signed = x.view(np.dtype(f"<i{x.itemsize}"))
+        z = (signed << signed.dtype.type(1)) ^ (signed >> signed.dtype.type(t.bits - 1))
+        return [z.view(t.container)]
+
+    def inverse(self, n, t, read):
+        z = read(0, n).astype(t.container)
+        word = t.container.type
+        ones = np.where(z & word(1), word((1 << t.bits) - 1), word(0))
+        return (z >> word(1)) ^ ones
+
+
+@register
+class Transpose(Operator):
+    """View a chunk as rows of `cols` elements and store it column by column.
+
+    Inverse: transpose back. The chunk length must be a multiple of `cols`.
+    """
+
+    id = "transpose"
+    params = {"cols": int}
+
+    @classmethod
+    def validate(cls, config):
+        if not 1 <= config["cols"] <= 1 << 26:
+            raise ProgramError("transpose: cols must be in 1..2^26")
+
+    def output_types(self, t):
+        return [Field(t.bits)]
+
+    def forward(self, x, t):
+        c = self._config["cols"]
+        if len(x) % c:
+            raise NotApplicable("chunk is not whole rows")
+        return [np.ascontiguousarray(x.reshape(-1, c).T).reshape(-1)]
+
+    def inverse(self, n, t, read):
+        c = self._config["cols"]
+        if n % c:
+            raise FormatError("transpose: chunk is not whole rows")
+        y = read(0, n).astype(t.container, copy=False)
+        return np.ascontiguousarray(y.reshape(c, -1).T).reshape(-1)
