@@ -63,9 +63,9 @@ def fill_gaps(tensors: list[Segment], start: int, size: int) -> list[Segment]:
 
 def layout(f: BinaryIO, size: int, name: str) -> tuple[str, list[Segment]]:
     """The format's name and the segments of a file; opaque if nothing parses."""
-    from . import safetensors
+    from . import gguf, onnx, pytorch, safetensors
 
-    for fmt in (safetensors,):
+    for fmt in (safetensors, gguf, pytorch, onnx):
         if fmt.detect(f, size, name):
             try:
                 return fmt.NAME, fmt.parse(f, size)
