@@ -1,15 +1,21 @@
-"""Compression: sources -> segments -> chosen programs -> streams -> archive.
+"""Compression: sources -> segments -> planned programs -> streams -> archive.
 
-Work flows through two ordered maps on one thread pool: planning (reading
-a sample of each segment and choosing its program) runs a few segments
-ahead of encoding (reading, checksumming and coding each chunk). The
-writer takes results in order, so the archive is the same whatever the
-number of threads.
+1. Scan: every source file is cut into segments (formats/); only headers
+   are read.
+2. Learn: the planner learns the production prior on a stratified sample
+   of the segments (unless a prior was given).
+3. Plan and encode, through two ordered maps on one thread pool: planning
+   (sampling a segment and searching its program) runs a few segments
+   ahead of encoding (reading, checksumming and coding each chunk). The
+   writer takes results in order, so the archive does not depend on the
+   number of threads.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,178 +24,211 @@ from typing import Callable, Iterator
 import numpy as np
 
 from . import __version__
-from .archive.index import Chunk, FileEntry, Index, SegmentEntry
-from .archive.reader import chunk_digest
+from .archive.index import DIGEST_BYTES, Chunk, FileEntry, Index, SegmentEntry
 from .archive.writer import ArchiveWriter
 from .dsl.interpreter import encode
-from .dsl.program import Program
 from .dsl.types import BYTES, Field, tensor
 from .errors import InvalidArgument, IOFailure, NotApplicable
 from .formats import Segment, layout
 from .parallel import CHUNK_BYTES, Pool, chunk_counts
 from .sources import Source, collect
-from .synth.candidates import choose
+from .synth.planner import DEFAULT_EFFORT, Plan, Planner, SegmentInfo
+from .synth.prior import Prior
 
-SAMPLE_BYTES = 128 << 10
-SAMPLE_SLICES = 4
+
+def _pread(fd: int, path, offset: int, length: int) -> bytes:
+    data = bytearray()
+    while len(data) < length:
+        more = os.pread(fd, length - len(data), offset + len(data))
+        if not more:
+            raise IOFailure(f"{path} shrank while being read")
+        data += more
+    return bytes(data)
 
 
 @dataclass
-class OpenSource:
+class ScannedFile:
     source: Source
-    fd: int
     size: int
     mtime_ns: int
     format: str
     segments: list[Segment]
+    fd: int = -1  # open while its segments are read
+    pending: int = 0  # chunk jobs queued and not yet written
+    queued_all: bool = False  # every chunk job of the file is queued
     entry: FileEntry = field(init=False)
 
     def __post_init__(self):
         self.entry = FileEntry(self.source.name, self.size, self.format)
 
+    def open(self) -> None:
+        if self.fd < 0:
+            try:
+                self.fd = os.open(self.source.path, os.O_RDONLY)
+            except OSError as e:
+                raise InvalidArgument(f"cannot read {self.source.path}: {e.strerror}") from None
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
     def read(self, offset: int, length: int) -> bytes:
-        data = bytearray()
-        while len(data) < length:
-            more = os.pread(self.fd, length - len(data), offset + len(data))
-            if not more:
-                raise IOFailure(f"{self.source.path} shrank while being read")
-            data += more
-        return bytes(data)
+        return _pread(self.fd, self.source.path, offset, length)
+
+    def finish_if_done(self) -> None:
+        """Once every chunk is written: check the file did not change, close it."""
+        if self.queued_all and not self.pending:
+            self.check_unchanged()
+            self.close()
+
+    def check_unchanged(self) -> None:
+        try:
+            st = os.stat(self.source.path)
+        except OSError:
+            raise IOFailure(f"{self.source.path} disappeared while being read") from None
+        if st.st_size != self.size or st.st_mtime_ns != self.mtime_ns:
+            raise IOFailure(f"{self.source.path} changed while being read; archive not written")
 
 
-@dataclass
-class Plan:
-    file: OpenSource
-    segment: Segment
-    value_type: Field
-    programs: list[Program]
-    estimate: int
-    entry: SegmentEntry | None = None  # filled in as its chunks are written
-
-
-@dataclass
-class ChunkJob:
-    plan: Plan
-    offset: int  # in the source file
-    n: int  # elements
-    last: bool  # last chunk of its file
-
-
-@dataclass
-class ChunkResult:
-    job: ChunkJob
-    program: int
-    streams: list[bytes]
-    digest: bytes
+def scan(source: Source) -> ScannedFile:
+    try:
+        with open(source.path, "rb") as f:
+            st = os.fstat(f.fileno())
+            fmt, segments = layout(f, st.st_size, source.name)
+    except OSError as e:
+        raise InvalidArgument(f"cannot read {source.path}: {e.strerror}") from None
+    return ScannedFile(source, st.st_size, st.st_mtime_ns, fmt, segments)
 
 
 def value_type(seg: Segment) -> Field:
     return tensor(seg.dtype) if seg.dtype else BYTES
 
 
-def sample_of(f: OpenSource, seg: Segment, itemsize: int) -> bytes:
-    """A few evenly spaced slices of a segment, whole elements only."""
-    if seg.length <= SAMPLE_BYTES:
-        return f.read(seg.offset, seg.length)
-    per = SAMPLE_BYTES // SAMPLE_SLICES // itemsize * itemsize
-    elements = seg.length // itemsize
-    parts = []
-    for i in range(SAMPLE_SLICES):
-        start = (elements - per // itemsize) * i // (SAMPLE_SLICES - 1) * itemsize
-        parts.append(f.read(seg.offset + start, per))
-    return b"".join(parts)
-
-
-def plan_segment(item: tuple[OpenSource, Segment]) -> Plan:
-    f, seg = item
+def segment_info(f: ScannedFile, seg: Segment, chunk_bytes: int) -> SegmentInfo:
     t = value_type(seg)
-    if not seg.length:
-        return Plan(f, seg, t, [], 0)
     itemsize = t.container.itemsize
-    choice = choose(np.frombuffer(sample_of(f, seg, itemsize), np.uint8), t)
-    programs = [choice.program] + ([choice.fallback] if choice.fallback != choice.program else [])
-    return Plan(f, seg, t, programs, choice.estimate)
+    chunks = len(chunk_counts(seg.length // itemsize, itemsize, chunk_bytes, _row(seg)))
+    return SegmentInfo(seg.name, t, seg.shape, seg.length, chunks,
+                       lambda off, n: f.read(seg.offset + off, n))
 
 
-def encode_chunk(job: ChunkJob) -> ChunkResult:
-    plan = job.plan
-    itemsize = plan.value_type.container.itemsize
-    data = job.plan.file.read(job.offset, job.n * itemsize)
-    x = np.frombuffer(data, dtype=plan.value_type.container)
-    for i, program in enumerate(plan.programs):
+def _row(seg: Segment) -> int:
+    return seg.shape[-1] if seg.shape else 1
+
+
+@dataclass
+class PlannedSegment:
+    file: ScannedFile
+    segment: Segment
+    value_type: Field
+    plan: Plan
+    entry: SegmentEntry | None = None
+
+
+@dataclass
+class ChunkJob:
+    planned: PlannedSegment
+    offset: int  # in the source file
+    n: int  # elements
+    order: int  # position in the archive, for deduplication
+
+
+@dataclass
+class ChunkResult:
+    job: ChunkJob
+    key: bytes  # full SHA-256 of the original bytes, with the value type
+    program: int | None  # None: a duplicate of an earlier chunk, not encoded
+    streams: list[bytes]
+
+
+class Deduplicator:
+    """Chunks with the same bytes and value type are stored once.
+
+    A worker skips encoding a chunk that an earlier chunk (in archive order)
+    already claimed; the writer points the later chunk at the earlier one's
+    streams. Whatever the timing, the earlier chunk is always encoded or
+    itself points further back, so the archive is the same for any number
+    of threads.
+    """
+
+    def __init__(self):
+        self.claimed: dict[bytes, int] = {}
+        self.lock = threading.Lock()
+        self.written: dict[bytes, tuple] = {}  # key -> (program, streams), writer thread only
+
+    def claim(self, key: bytes, order: int) -> bool:
+        """True if an earlier chunk with this key exists (so skip encoding)."""
+        with self.lock:
+            first = self.claimed.get(key)
+            if first is not None and first < order:
+                return True
+            self.claimed[key] = order
+            return False
+
+
+def encode_chunk(job: ChunkJob, dedup: Deduplicator) -> ChunkResult:
+    ps = job.planned
+    t = ps.value_type
+    data = ps.file.read(job.offset, job.n * t.container.itemsize)
+    digest = hashlib.sha256(data).digest()
+    key = digest + str(t).encode()
+    if dedup.claim(key, job.order):
+        return ChunkResult(job, key, None, [])
+    x = np.frombuffer(data, dtype=t.container)
+    for i, program in enumerate(ps.plan.programs):
         try:
-            return ChunkResult(job, i, encode(program, x, plan.value_type), chunk_digest(data))
+            streams = encode(program, x, t)
         except NotApplicable:
             continue
-    raise AssertionError("the fallback program refused a chunk")
-
-
-def open_sources(sources: list[Source]) -> Iterator[OpenSource]:
-    for s in sources:
-        try:
-            fd = os.open(s.path, os.O_RDONLY)
-        except OSError as e:
-            raise InvalidArgument(f"cannot read {s.path}: {e.strerror}") from None
-        st = os.fstat(fd)
-        with os.fdopen(os.dup(fd), "rb") as f:
-            fmt, segments = layout(f, st.st_size, s.name)
-        yield OpenSource(s, fd, st.st_size, st.st_mtime_ns, fmt, segments)
+        if sum(map(len, streams)) <= len(data) or i == len(ps.plan.programs) - 1:
+            return ChunkResult(job, key, i, streams)
+    raise AssertionError("no program applied to a chunk")
 
 
 def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, threads: int = 1,
-             force: bool = False, chunk_bytes: int = CHUNK_BYTES,
-             progress: Callable[[int], None] | None = None) -> dict:
+             force: bool = False, effort: int = DEFAULT_EFFORT, prior: Prior | str | os.PathLike | None = None,
+             chunk_bytes: int = CHUNK_BYTES, progress: Callable[[int], None] | None = None) -> dict:
     """Write an archive of the sources; return a summary (see api.compress)."""
     start = time.perf_counter()
     files, dirs = collect(list(sources))
     out = Path(output).absolute()
     for s in files:
-        if s.path.absolute() == out or (out.exists() and s.path.exists() and os.path.samefile(s.path, out)):
+        if s.path.absolute() == out or (out.exists() and os.path.samefile(s.path, out)):
             raise InvalidArgument(f"the output {output} is also a source")
+    if prior is not None and not isinstance(prior, Prior):
+        prior = Prior.load(prior)
+    planner = Planner(effort, prior)
     index = Index([], dirs, f"brevis {__version__}")
-    opened: list[OpenSource] = []
-
-    def segments() -> Iterator[tuple[OpenSource, Segment]]:
-        for f in open_sources(files):
-            opened.append(f)
-            index.files.append(f.entry)
-            if not f.segments:
-                _check_unchanged(f)
-            for seg in f.segments:
-                yield f, seg
-
-    def jobs(plans: Iterator[Plan]) -> Iterator[ChunkJob]:
-        for plan in plans:
-            f, seg = plan.file, plan.segment
-            itemsize = plan.value_type.container.itemsize
-            plan.entry = SegmentEntry(seg.name, seg.dtype, seg.shape, seg.length, list(plan.programs))
-            f.entry.segments.append(plan.entry)
-            offset = seg.offset
-            counts = chunk_counts(seg.length // itemsize, itemsize, chunk_bytes)
-            for k, n in enumerate(counts):
-                yield ChunkJob(plan, offset, n, seg is f.segments[-1] and k == len(counts) - 1)
-                offset += n * itemsize
-            if not counts and seg is f.segments[-1]:
-                _check_unchanged(f)
-
+    dedup = Deduplicator()
+    scanned: list[ScannedFile] = []
     try:
         with ArchiveWriter(out, force) as writer, Pool(threads) as pool:
-            plans = pool.ordered_map(plan_segment, segments())
-            for result in pool.ordered_map(encode_chunk, jobs(plans)):
-                job = result.job
-                located = [writer.write_stream(s) for s in result.streams]
-                job.plan.entry.chunks.append(Chunk(result.program, job.n, located, result.digest))
+            scanned = list(pool.ordered_map(scan, files))
+            learn_time = time.perf_counter()
+            if prior is None and planner.effort.learn_tensors:
+                infos = []
+                for f in scanned:
+                    f.open()
+                    infos += [segment_info(f, seg, chunk_bytes) for seg in f.segments]
+                planner.learn(infos, lambda fn, xs: pool.ordered_map(fn, xs))
+                for f in scanned:
+                    f.close()
+            learn_time = time.perf_counter() - learn_time
+            for result in pool.ordered_map(lambda job: encode_chunk(job, dedup),
+                                           _chunk_jobs(_planned(scanned, planner, pool, index, chunk_bytes),
+                                                       chunk_bytes)):
+                _write_chunk(result, writer, dedup)
                 if progress:
-                    progress(job.n * job.plan.value_type.container.itemsize)
-                if job.last:
-                    _check_unchanged(job.plan.file)
+                    progress(result.job.n * result.job.planned.value_type.container.itemsize)
             for f in index.files:
                 for seg in f.segments:
                     _drop_unused_programs(seg)
+            index.prior = planner.prior.to_json()
             size = writer.finish(index)
     finally:
-        for f in opened:
-            os.close(f.fd)
+        for f in scanned:
+            f.close()
     seconds = time.perf_counter() - start
     original = index.original_bytes
     return {
@@ -199,17 +238,73 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
         "archive_bytes": size,
         "ratio": size / original if original else None,
         "seconds": seconds,
+        "learn_seconds": learn_time,
         "throughput_mb_s": original / seconds / 1e6 if seconds else None,
+        "effort": planner.effort.level,
+        "prior_samples": planner.prior.samples,
     }
 
 
-def _check_unchanged(f: OpenSource) -> None:
-    try:
-        st = os.stat(f.source.path)
-    except OSError:
-        raise IOFailure(f"{f.source.path} disappeared while being read") from None
-    if st.st_size != f.size or st.st_mtime_ns != f.mtime_ns:
-        raise IOFailure(f"{f.source.path} changed while being read; archive not written")
+def _planned(scanned: list[ScannedFile], planner: Planner, pool: Pool, index: Index,
+             chunk_bytes: int) -> Iterator[PlannedSegment]:
+    """Plans of every segment in archive order (planning runs in the pool)."""
+
+    def items():
+        for f in scanned:
+            f.open()
+            index.files.append(f.entry)
+            if not f.segments:
+                f.queued_all = True
+                f.finish_if_done()
+            for seg in f.segments:
+                info = segment_info(f, seg, chunk_bytes)
+                family, leader = planner.claim_family(info)  # in archive order: deterministic
+                yield f, seg, info, family, leader
+
+    def plan(item) -> PlannedSegment:
+        f, seg, info, family, leader = item
+        return PlannedSegment(f, seg, info.t, planner.plan(info, family, leader))
+
+    return pool.ordered_map(plan, items())
+
+
+def _chunk_jobs(planned: Iterator[PlannedSegment], chunk_bytes: int) -> Iterator[ChunkJob]:
+    order = 0
+    for ps in planned:
+        f, seg = ps.file, ps.segment
+        itemsize = ps.value_type.container.itemsize
+        ps.entry = SegmentEntry(seg.name, seg.dtype, seg.shape, seg.length, list(ps.plan.programs),
+                                search=ps.plan.stats)
+        f.entry.segments.append(ps.entry)
+        offset = seg.offset
+        counts = chunk_counts(seg.length // itemsize, itemsize, chunk_bytes, _row(seg))
+        for n in counts:
+            f.pending += 1
+            yield ChunkJob(ps, offset, n, order)
+            order += 1
+            offset += n * itemsize
+        if seg is f.segments[-1]:
+            f.queued_all = True
+            f.finish_if_done()
+
+
+def _write_chunk(result: ChunkResult, writer: ArchiveWriter, dedup: Deduplicator) -> None:
+    job = result.job
+    ps = job.planned
+    entry = ps.entry
+    assert entry is not None
+    if result.program is None or result.key in dedup.written:
+        program, located = dedup.written[result.key]
+        if program not in entry.programs:
+            entry.programs.append(program)
+        index = entry.programs.index(program)
+    else:
+        index = result.program
+        located = [writer.write_stream(s) for s in result.streams]
+        dedup.written[result.key] = (entry.programs[index], located)
+    entry.chunks.append(Chunk(index, job.n, located, result.key[:DIGEST_BYTES]))
+    ps.file.pending -= 1
+    ps.file.finish_if_done()
 
 
 def _drop_unused_programs(seg: SegmentEntry) -> None:

@@ -23,9 +23,12 @@ def default_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
-def chunk_counts(elements: int, itemsize: int, chunk_bytes: int = CHUNK_BYTES) -> list[int]:
-    """Element counts of the chunks a segment is cut into."""
+def chunk_counts(elements: int, itemsize: int, chunk_bytes: int = CHUNK_BYTES, row: int = 1) -> list[int]:
+    """Element counts of the chunks a segment is cut into: whole rows of
+    `row` elements when a row fits, so row-wise operators see whole rows."""
     per = max(1, chunk_bytes // itemsize)
+    if 1 < row <= per:
+        per = per // row * row
     full, rest = divmod(elements, per)
     return [per] * full + ([rest] if rest else [])
 

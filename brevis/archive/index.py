@@ -43,6 +43,7 @@ class SegmentEntry:
     length: int
     programs: list[Program] = field(default_factory=list)
     chunks: list[Chunk] = field(default_factory=list)
+    search: dict = field(default_factory=dict)  # how the program was found (informative)
 
     @property
     def value_type(self) -> Field:
@@ -74,6 +75,7 @@ class Index:
     files: list[FileEntry]
     dirs: list[str] = field(default_factory=list)
     created_by: str = ""
+    prior: dict | None = None  # the production prior the programs were found with
 
     @property
     def original_bytes(self) -> int:
@@ -83,6 +85,7 @@ class Index:
     def to_json(self) -> dict:
         return {
             "created_by": self.created_by,
+            "prior": self.prior,
             "dirs": self.dirs,
             "files": [
                 {
@@ -98,6 +101,7 @@ class Index:
                             "programs": [p.to_json() for p in s.programs],
                             "chunks": [[c.program, c.n, [list(x) for x in c.streams], c.digest.hex()]
                                        for c in s.chunks],
+                            "search": s.search,
                         }
                         for s in f.segments
                     ],
@@ -149,6 +153,9 @@ class _Validator:
         files = [self.file(f) for f in self.get(obj, "files", list, "index")]
         dirs = [check_path(d) for d in self.get(obj, "dirs", list, "index")]
         created_by = self.get(obj, "created_by", str, "index")
+        prior = obj.get("prior")
+        if prior is not None and not isinstance(prior, dict):
+            self.fail("prior must be an object")
         paths = [f.path for f in files] + dirs
         if len(set(paths)) != len(paths):
             self.fail("a path appears twice")
@@ -158,7 +165,7 @@ class _Validator:
             for i in range(1, len(parts)):
                 if "/".join(parts[:i]) in file_paths:
                     self.fail(f"{p!r} lies under a file")
-        return Index(files, dirs, created_by)
+        return Index(files, dirs, created_by, prior)
 
     def file(self, obj) -> FileEntry:
         path = check_path(self.get(obj, "path", str, "file"))
@@ -191,7 +198,10 @@ class _Validator:
             if math.prod(shape) * dtype.itemsize != length:
                 self.fail(f"{where} {name!r}: shape and length disagree")
             shape = tuple(shape)
-        seg = SegmentEntry(name, dtype, shape, length)
+        search = obj.get("search", {})
+        if not isinstance(search, dict):
+            self.fail(f"{where} {name!r}: search must be an object")
+        seg = SegmentEntry(name, dtype, shape, length, search=search)
         counts = []  # streams each program reads
         for p in self.get(obj, "programs", list, where):
             try:

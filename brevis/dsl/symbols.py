@@ -138,14 +138,17 @@ class Partition(Operator):
     def forward(self, x, t):
         context, rest = _split(x, self._groups())
         cls = self._classes_of(context, sum(w for _, w in self._config["context"]))
-        return [context] + [rest[cls == j] for j in range(len(self._config["classes"]) + 1)]
+        # A stable sort by class (a radix sort for bytes) keeps each class in order.
+        order = np.argsort(cls, kind="stable")
+        counts = np.bincount(cls, minlength=len(self._config["classes"]) + 1)
+        return [context] + np.split(rest[order], np.cumsum(counts)[:-1])
 
     def inverse(self, n, t, read):
         types = self.output_types(t)
         context = read(0, n)
         cls = self._classes_of(context, types[0].bits)
         counts = np.bincount(cls, minlength=len(types) - 1)
+        parts = [read(j + 1, int(count)) for j, count in enumerate(counts)]
         rest = np.empty(n, dtype=types[1].container)
-        for j, count in enumerate(counts):
-            rest[cls == j] = read(j + 1, int(count))
+        rest[np.argsort(cls, kind="stable")] = np.concatenate(parts) if parts else rest[:0]
         return _join(n, t, self._groups(), [context, rest])

@@ -1,0 +1,227 @@
+"""Planning a checkpoint: learn the prior on a sample, then choose every
+segment's program, reusing programs within families of similar tensors.
+
+Effort levels trade search time for ratio:
+  0  no search: every segment is coded by zstd's entropy preset
+  1  budget 64 expansions, prior not learned (uniform)
+  2  default: prior learned on up to 16 tensors, budget 400 expansions
+  3  prior learned on up to 32 tensors, budget 2000, larger samples
+The result does not depend on the number of threads: families are led by
+their first segment in archive order, and limits are counted in
+expansions (time is only a guard against pathological inputs).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..dsl import Raw, Zstd
+from ..dsl.interpreter import encode
+from ..dsl.program import Program
+from ..dsl.types import Field, Tensor
+from ..errors import InvalidArgument, NotApplicable
+from .prior import Prior
+from .proposals import Value
+from .roles import role_of, shape_class
+from .search import STREAM_INDEX_BYTES, Budget, search
+
+FALLBACK = Program.leaf(Zstd.entropy())  # always applies
+PLAIN = Program.leaf(Raw())  # never larger than the data
+TINY = 256  # bytes: too small for a search to pay; raw or zstd, measured
+REUSE_TOLERANCE = 1.02  # a sibling's program is kept if within 2 % of its cost on the sibling
+
+
+@dataclass(frozen=True)
+class Effort:
+    level: int
+    expansions: int
+    learn_tensors: int
+    learn_expansions: int
+    slices: int
+    slice_bytes: int
+    seconds: float = 10.0
+
+
+EFFORTS = {
+    0: Effort(0, 0, 0, 0, 1, 4096),
+    1: Effort(1, 64, 0, 0, 4, 8192),
+    2: Effort(2, 400, 16, 1500, 4, 65536),
+    3: Effort(3, 2000, 32, 5000, 16, 32768),
+}
+DEFAULT_EFFORT = 2
+
+
+def effort(level: int) -> Effort:
+    if level not in EFFORTS:
+        raise InvalidArgument(f"effort must be one of {sorted(EFFORTS)}, not {level}")
+    return EFFORTS[level]
+
+
+@dataclass
+class SegmentInfo:
+    """What the planner needs to know of a segment."""
+
+    name: str
+    t: Field
+    shape: tuple[int, ...] | None
+    length: int
+    chunks: int
+    read: Callable[[int, int], bytes]  # (offset within the segment, length) -> bytes
+
+    @property
+    def role(self) -> str:
+        return role_of(self.name, isinstance(self.t, Tensor))
+
+    @property
+    def row(self) -> int | None:
+        return self.shape[-1] if self.shape and self.shape[-1] > 1 else None
+
+    @property
+    def family(self) -> tuple | None:
+        if not isinstance(self.t, Tensor) or self.length <= TINY:
+            return None
+        return (self.t.dtype.name, self.role, self.shape)
+
+    @property
+    def stratum(self) -> str:
+        kind = self.t.dtype.name if isinstance(self.t, Tensor) else "bytes"
+        return f"{kind}/{self.role}/{shape_class(self.shape, self.length)}"
+
+
+@dataclass
+class Plan:
+    programs: list[Program]  # the choice first, then fallbacks
+    stats: dict = field(default_factory=dict)
+
+
+def sample(seg: SegmentInfo, e: Effort) -> list[np.ndarray]:
+    """Evenly spaced contiguous slices of a segment, whole rows where rows are short."""
+    itemsize = seg.t.container.itemsize
+    elements = seg.length // itemsize
+    per = max(1, e.slice_bytes // itemsize)
+    if seg.row and seg.row <= per:
+        per = per // seg.row * seg.row
+    if elements <= per * e.slices:
+        starts, per = [0], elements
+    else:
+        k = e.slices
+        starts = [(elements - per) * i // (k - 1) for i in range(k)] if k > 1 else [(elements - per) // 2]
+        if seg.row and seg.row <= per:
+            starts = [s // seg.row * seg.row for s in starts]
+    return [np.frombuffer(seg.read(s * itemsize, per * itemsize), dtype=seg.t.container) for s in starts]
+
+
+def _tiny_plan(seg: SegmentInfo) -> Plan:
+    x = np.frombuffer(seg.read(0, seg.length), dtype=seg.t.container)
+    zstd = Program.leaf(Zstd.at_level(3))
+    smaller = zstd if len(encode(zstd, x, seg.t)[0]) < seg.length else PLAIN
+    return Plan([smaller, PLAIN], {"search": "tiny"})
+
+
+class _Family:
+    def __init__(self):
+        self.ready = threading.Event()
+        self.program: Program | None = None
+        self.bytes_per_byte = 0.0
+
+
+class Planner:
+    def __init__(self, level: int = DEFAULT_EFFORT, prior: Prior | None = None):
+        self.effort = effort(level)
+        self.prior = prior or Prior()
+        self.given_prior = prior is not None
+        self.families: dict[tuple, _Family] = {}
+        self.lock = threading.Lock()
+
+    # ------------------------------------------------------------ learning
+    def strata(self, segments: list[SegmentInfo]) -> list[SegmentInfo]:
+        """One representative per stratum, the strata holding most bytes first."""
+        groups: dict[str, list[SegmentInfo]] = {}
+        for s in segments:
+            if s.length > TINY:
+                groups.setdefault(s.stratum, []).append(s)
+        ranked = sorted(groups.values(), key=lambda g: -sum(s.length for s in g))
+        return [g[len(g) // 2] for g in ranked[: self.effort.learn_tensors]]
+
+    def learn_one(self, seg: SegmentInfo):
+        """Wide search with a uniform prior on one representative tensor."""
+        budget = Budget(self.effort.learn_expansions, self.effort.seconds)
+        root, scale = self.root(seg)
+        return search(root, Prior(), seg.role, scale, seg.chunks, budget)
+
+    def learn(self, segments: list[SegmentInfo], map_fn=map) -> Prior:
+        chosen = self.strata(segments)
+        prior = Prior(samples=len(chosen))
+        for seg, result in zip(chosen, map_fn(self.learn_one, chosen)):
+            prior.observe(result.program, seg.t, seg.role)
+        self.prior = prior
+        return prior
+
+    # ------------------------------------------------------------ planning
+    def root(self, seg: SegmentInfo) -> tuple[Value, float]:
+        """The segment's sample as a search value, and the factor from sample to segment bytes."""
+        slices = sample(seg, self.effort)
+        scale = seg.length / max(1, sum(s.nbytes for s in slices))
+        return Value(slices, seg.t, seg.row, opaque=not isinstance(seg.t, Tensor)), scale
+
+    def claim_family(self, seg: SegmentInfo) -> tuple[_Family | None, bool]:
+        """Called in archive order: the first segment of a family leads it."""
+        key = seg.family
+        if key is None or self.effort.level == 0:
+            return None, False
+        with self.lock:
+            if key in self.families:
+                return self.families[key], False
+            fam = self.families[key] = _Family()
+            return fam, True
+
+    def plan(self, seg: SegmentInfo, family: _Family | None = None, leader: bool = False) -> Plan:
+        if seg.length == 0:
+            return Plan([], {})
+        if seg.length <= TINY:
+            return _tiny_plan(seg)
+        if self.effort.level == 0:
+            return Plan([FALLBACK, PLAIN], {"search": "none"})
+        root, scale = self.root(seg)
+        if family is not None and not leader:
+            family.ready.wait()
+            reused = self._try_reuse(family, root, seg, scale)
+            if reused is not None:
+                return reused
+        budget = Budget(self.effort.expansions, self.effort.seconds)
+        try:
+            result = search(root, self.prior, seg.role, scale, seg.chunks, budget)
+        finally:
+            if leader and family is not None:
+                family.ready.set()  # never leave followers waiting, even on error
+        if leader and family is not None:
+            family.program = result.program
+            family.bytes_per_byte = result.estimate / seg.length
+        stats = {"search": "a*", "expanded": result.expanded, "generated": result.generated,
+                 "estimate": round(result.estimate), "exhausted": result.exhausted}
+        return Plan(self._with_fallbacks(result.program), stats)
+
+    def _try_reuse(self, family: _Family, root: Value, seg: SegmentInfo, scale: float) -> Plan | None:
+        if family.program is None:
+            return None
+        try:
+            size = sum(len(b) for s in root.slices for b in encode(family.program, s, seg.t))
+        except NotApplicable:
+            return None
+        leaves = len(family.program.leaves())
+        estimate = size * scale + STREAM_INDEX_BYTES * seg.chunks * leaves
+        if estimate > family.bytes_per_byte * seg.length * REUSE_TOLERANCE:
+            return None
+        return Plan(self._with_fallbacks(family.program), {"search": "family", "estimate": round(estimate)})
+
+    @staticmethod
+    def _with_fallbacks(program: Program) -> list[Program]:
+        out = [program]
+        for p in (FALLBACK, PLAIN):
+            if p != program:
+                out.append(p)
+        return out

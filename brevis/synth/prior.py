@@ -1,0 +1,103 @@
+"""The production prior: how likely each production is in each context.
+
+A context is (parent production, kind of value, tensor role). The prior is
+learned per checkpoint by searching widely on a sample of its tensors and
+counting which productions the winning programs use. In the search it
+orders and prunes expansions and prices a program's description: a
+production costs -log2 P(production | context) bits. With no counts it
+is uniform over the proposals, which is also what learning starts from.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from ..dsl.program import Program
+from ..dsl.types import Field, Tensor
+from ..errors import InvalidArgument
+
+SMOOTHING = 0.5  # add-alpha: an unseen production stays possible, just dear
+PRUNE_BELOW = 0.02  # a learned prior drops proposals less likely than this
+
+
+def value_kind(t: Field) -> str:
+    return f"T:{t.dtype.name}" if isinstance(t, Tensor) else f"F:{t.bits}"
+
+
+class Prior:
+    def __init__(self, counts: dict[str, dict[str, float]] | None = None, samples: int = 0):
+        self.counts: dict[str, Counter] = defaultdict(Counter)
+        for ctx, c in (counts or {}).items():
+            self.counts[ctx].update(c)
+        self.samples = samples  # tensors the prior was learned on
+
+    @property
+    def learned(self) -> bool:
+        return bool(self.counts)
+
+    @staticmethod
+    def context(parent: str, t: Field, role: str) -> str:
+        return f"{parent}|{value_kind(t)}|{role}"
+
+    def _table(self, ctx: str) -> Counter | None:
+        if self.counts.get(ctx):
+            return self.counts[ctx]
+        general = ctx.rsplit("|", 1)[0] + "|*"  # back off to any role
+        return self.counts.get(general) or None
+
+    def probabilities(self, ctx: str, ids: list[str]) -> dict[str, float]:
+        """P(id | ctx) over the proposed ids."""
+        table = self._table(ctx)
+        if not table:
+            return {i: 1 / len(ids) for i in ids}
+        weights = {i: table.get(i, 0) + SMOOTHING for i in ids}
+        total = sum(weights.values())
+        return {i: w / total for i, w in weights.items()}
+
+    def keep(self, probability: float) -> bool:
+        return not self.learned or probability >= PRUNE_BELOW
+
+    @staticmethod
+    def bits(probability: float) -> float:
+        return -math.log2(probability)
+
+    # ----------------------------------------------------------- learning
+    def observe(self, program: Program, t: Field, role: str, parent: str = "root") -> None:
+        node = program.node
+        for ctx in (self.context(parent, t, role), self.context(parent, t, "*")):
+            self.counts[ctx][node.id] += 1
+        if program.children:
+            for child, ct in zip(program.children, node.output_types(t)):  # type: ignore[union-attr]
+                self.observe(child, ct, role, node.id)
+
+    # ------------------------------------------------------- persistence
+    def to_json(self) -> dict:
+        return {"format": "brevis-prior", "version": 1, "samples": self.samples,
+                "counts": {ctx: dict(sorted(c.items())) for ctx, c in sorted(self.counts.items())}}
+
+    @staticmethod
+    def from_json(obj) -> "Prior":
+        if not (isinstance(obj, dict) and obj.get("format") == "brevis-prior" and obj.get("version") == 1):
+            raise InvalidArgument("not a Brevis prior (version 1)")
+        counts = obj.get("counts")
+        if not isinstance(counts, dict) or not all(
+                isinstance(c, dict) and all(isinstance(v, (int, float)) and v >= 0 for v in c.values())
+                for c in counts.values()):
+            raise InvalidArgument("prior: malformed counts")
+        return Prior(counts, int(obj.get("samples", 0)))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
+
+    @staticmethod
+    def load(path: str | Path) -> "Prior":
+        try:
+            obj = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise InvalidArgument(f"{path}: no such prior file") from None
+        except (OSError, ValueError) as e:
+            raise InvalidArgument(f"{path}: cannot read prior ({e})") from None
+        return Prior.from_json(obj)

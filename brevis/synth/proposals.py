@@ -1,0 +1,143 @@
+"""Which productions are worth trying on a value, judged from its sample.
+
+Each proposal is a fully configured production (a resolved choice, never
+"auto"): the configuration is read off the sample (the dominant value of
+a sparse field, the live bits of a field, the exponents that deserve
+their own sub-stream, ...). Whether it pays is for the search to measure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from ..dsl import (Affine, BytePlanes, Constant, Delta, Field, FloatFields, LowZeroBits, PackBits,
+                   Partition, Rank, Raw, RowDedup, Sparse, Tensor, Transpose, XorDelta, ZigZag, Zstd)
+from ..dsl.operator import Production
+
+MAX_DEPTH = 6
+CODERS = (Raw(), Zstd.entropy(), Zstd.at_level(3))
+BYTE_CODERS = CODERS + (Zstd.at_level(9),)
+# Operators that keep every element in place, so a row length still applies.
+KEEPS_ORDER = {"float_fields", "bit_fields", "byte_planes", "low_zero_bits", "delta", "xor_delta", "zigzag"}
+
+
+@dataclass(eq=False)
+class Value:
+    """An open value of a partial program, with its sample (one array per sample chunk)."""
+
+    slices: list[np.ndarray]
+    t: Field
+    row: int | None = None  # elements per row, while elements keep tensor order
+    parent: str = "root"
+    depth: int = 0
+    opaque: bool = False  # a byte segment whose structure is unknown
+    memo: dict = field(default_factory=dict)
+
+    @cached_property
+    def joined(self) -> np.ndarray:
+        return np.concatenate(self.slices) if len(self.slices) > 1 else self.slices[0]
+
+    @cached_property
+    def entropy_bytes(self) -> float:
+        """Order-0 entropy of the sample's bytes (per byte plane for wide
+        fields, with the Miller-Madow small-sample correction), at most the
+        raw size: an optimistic size for what is left of this value."""
+        x = self.joined
+        if not len(x):
+            return 0.0
+        planes = [x.astype(np.uint8)] if self.t.bits <= 8 else \
+            [p for p in x.view(np.uint8).reshape(len(x), -1).T[: (self.t.bits + 7) // 8]]
+        total = 0.0
+        for plane in planes:
+            counts = np.bincount(plane, minlength=256)
+            counts = counts[counts > 0]
+            p = counts / len(x)
+            total += -(p * np.log2(p)).sum() * len(x) + (len(counts) - 1) / (2 * np.log(2))
+        return float(min(total, self.t.bits * len(x))) / 8
+
+    @cached_property
+    def is_constant(self) -> bool:
+        x = self.joined
+        return bool(len(x)) and bool(np.all(x == x[0]))
+
+
+def _float_partition(v: Value) -> Partition | None:
+    """Exponent-context partition of sign+mantissa for a float tensor."""
+    d = v.t.dtype
+    m, e = d.mantissa_bits, d.exponent_bits
+    exponent = ((v.joined >> v.t.container.type(m)) & v.t.container.type((1 << e) - 1)).astype(np.int64)
+    counts = np.bincount(exponent, minlength=1 << e)
+    top = np.argsort(-counts, kind="stable")[:8]
+    classes = [[int(c)] for c in top if counts[c] >= 0.04 * len(exponent)]
+    if len(classes) < 2:
+        return None
+    return Partition(context=[[m, e]], rest=[[m + e, 1], [0, m]], classes=classes)
+
+
+def _histogram(x: np.ndarray, t: Field) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct values and their counts (bincount where the alphabet is small)."""
+    if t.bits <= 16:
+        counts = np.bincount(x, minlength=1)
+        values = np.flatnonzero(counts)
+        return values, counts[values]
+    return np.unique(x, return_counts=True)
+
+
+def proposals(v: Value) -> list[Production]:
+    t, x = v.t, v.joined
+    out: list[Production] = list(BYTE_CODERS if v.opaque else CODERS)
+    if v.depth >= MAX_DEPTH or not len(x):
+        return out
+    if v.is_constant:
+        out.append(Constant(value=int(x[0])))
+        return out
+    lengths = [len(s) for s in v.slices]
+    if isinstance(t, Tensor) and t.dtype.is_float and t.bits > 8:
+        out += [FloatFields(grouping="e|sm"), FloatFields(grouping="s|e|m")]
+        p = _float_partition(v)
+        if p is not None:
+            out.append(p)
+    if t.bits > 8:
+        out.append(BytePlanes())
+    if t.bits in (1, 2, 4):
+        out.append(PackBits())
+    if t.bits > 1:
+        low = int(np.bitwise_or.reduce(x))
+        zeros = (low & -low).bit_length() - 1 if low else 0
+        if 0 < zeros < t.bits:
+            out.append(LowZeroBits(shift=zeros))
+    integer_like = not (isinstance(t, Tensor) and t.dtype.is_float) and not v.opaque
+    if integer_like and t.bits >= 8 and v.parent in ("root", "byte_planes", "bit_fields", "rank"):
+        out += [Delta(stride=1), XorDelta(stride=1)]
+        if v.row and v.row > 1 and all(n % v.row == 0 for n in lengths):
+            out += [Delta(stride=v.row), XorDelta(stride=v.row)]
+        first = v.slices[0]
+        if len(first) > 2:
+            step = int(first[1]) - int(first[0])
+            if np.all(np.diff(first) == first.dtype.type(step % (1 << (8 * first.itemsize)))):
+                out.append(Affine(step=step % (1 << t.bits)))
+    if v.parent == "delta" and t.bits in (8, 16, 32, 64):
+        out.append(ZigZag())
+    if v.depth == 0 and v.row and 1 < v.row < len(x) and all(n % v.row == 0 for n in lengths):
+        out.append(Transpose(cols=v.row))
+        rows = x.reshape(-1, v.row)
+        distinct = len(np.unique(rows.view(np.dtype((np.void, v.row * x.itemsize)))))
+        if distinct < 0.9 * len(rows):
+            out.append(RowDedup(row=v.row))
+    if t.bits <= 16 or v.depth == 0:
+        values, counts = _histogram(x if t.bits <= 16 else x[:: max(1, len(x) // 4096)], t)
+        top = int(np.argmax(counts))
+        if 0.9 <= counts[top] / len(x) < 1:
+            out.append(Sparse(value=int(values[top])))
+        if t.bits > 8 and len(values) > 1:
+            order = np.argsort(-counts, kind="stable")[:255]
+            if counts[order].sum() >= 0.95 * len(x):
+                out.append(Rank(symbols=[int(values[i]) for i in order]))
+    return out
+
+
+def child_row(op: Production, v: Value) -> int | None:
+    return v.row if op.id in KEEPS_ORDER else None

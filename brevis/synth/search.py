@@ -1,0 +1,154 @@
+"""Bounded A* search for the smallest program that rebuilds a value.
+
+Open values of a program are independent, so the search runs per value
+and shares solved sub-values: for a value v, a node is v with one
+production chosen (a partial program) and
+  g = description length of the production under the prior (-log2 P bits)
+      + exact cost of what is finished (a coder's bytes on the sample,
+      scaled to the whole segment, plus its index entries; or the solved
+      children of an operator)
+  h = the order-0 entropy of the children not yet solved: a cheap,
+      optimistic guess of what they will cost.
+Nodes are taken cheapest f = g + h first; an operator node is refined in
+two steps (run it on the sample to know its children and their h, then
+solve the children recursively), so the first finished node taken is the
+best under the estimates. The prior orders and prunes the productions;
+limits on expansions and time keep it fast: past them, every value still
+open takes its cheapest coder.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from dataclasses import dataclass
+
+from ..dsl.operator import Coder, Operator, Production
+from ..dsl.program import Program
+from ..errors import NotApplicable
+from .prior import Prior
+from .proposals import Value, child_row, proposals
+
+STREAM_INDEX_BYTES = 6  # what one stream location costs in the (compressed) index
+
+
+@dataclass
+class Budget:
+    expansions: int = 48
+    seconds: float = 1.0
+
+
+@dataclass
+class SearchResult:
+    program: Program
+    estimate: float  # predicted bytes for the whole segment, description included
+    expanded: int
+    generated: int
+    exhausted: bool  # a limit was hit somewhere and a value was closed greedily
+
+
+# Stages of a node: an operator not yet run on the sample, an operator whose
+# children are known but not solved, and a finished sub-program.
+_UNRUN, _OPEN, _DONE = 0, 1, 2
+
+
+class Search:
+    def __init__(self, prior: Prior, role: str, scale: float, chunks: int, budget: Budget):
+        self.prior, self.role, self.scale, self.chunks, self.budget = prior, role, scale, chunks, budget
+        self.expanded = self.generated = 0
+        self.exhausted = False
+        self.deadline = time.perf_counter() + budget.seconds
+        self.tie = itertools.count()
+
+    def out_of_budget(self) -> bool:
+        if self.expanded >= self.budget.expansions or time.perf_counter() > self.deadline:
+            self.exhausted = True
+        return self.exhausted
+
+    # ------------------------------------------------------------ costs
+    def leaf_cost(self, v: Value, coder: Coder) -> float:
+        key = ("coder", coder)
+        if key not in v.memo:
+            size = sum(len(coder.encode(s, v.t)) for s in v.slices)
+            v.memo[key] = size * self.scale + STREAM_INDEX_BYTES * self.chunks
+        return v.memo[key]
+
+    def children(self, v: Value, op: Operator) -> list[Value] | None:
+        key = ("op", op)
+        if key not in v.memo:
+            try:
+                types = op.output_types(v.t)
+                per_slice = [op.forward(s, v.t) for s in v.slices]
+            except NotApplicable:
+                v.memo[key] = None
+            else:
+                row = child_row(op, v)
+                v.memo[key] = [Value([parts[j] for parts in per_slice], ct, row, op.id, v.depth + 1)
+                               for j, ct in enumerate(types)]
+        return v.memo[key]
+
+    def h(self, v: Value) -> float:
+        return v.entropy_bytes * self.scale
+
+    def options(self, v: Value) -> list[tuple[Production, float]]:
+        """Proposals for v with their description cost in bytes, pruned by the prior."""
+        props = proposals(v)
+        ctx = Prior.context(v.parent, v.t, self.role)
+        ids = sorted({p.id for p in props})
+        probs = self.prior.probabilities(ctx, ids)
+        share = {i: sum(1 for p in props if p.id == i) for i in ids}
+        out = [(p, Prior.bits(probs[p.id] / share[p.id]) / 8) for p in props if self.prior.keep(probs[p.id])]
+        if not any(isinstance(p, Coder) for p, _ in out):  # a value must always be closable
+            best = max((p for p in props if isinstance(p, Coder)), key=lambda c: probs[c.id])
+            out.append((best, Prior.bits(probs[best.id] / share[best.id]) / 8))
+        out.sort(key=lambda pd: pd[1])  # likeliest first
+        return out
+
+    # ----------------------------------------------------------- search
+    def solve(self, v: Value) -> tuple[float, Program]:
+        """The cheapest program found for v and its estimated cost (memoized)."""
+        if "best" in v.memo:
+            return v.memo["best"]
+        frontier: list = []
+        options = self.options(v)
+        for prod, desc in options:
+            f = desc + (self.h(v) if isinstance(prod, Coder) else 0.0)
+            heapq.heappush(frontier, (f, next(self.tie), _UNRUN, prod, desc, None))
+        result = None
+        while frontier:
+            f, _, stage, prod, desc, kids = heapq.heappop(frontier)
+            if stage == _DONE:
+                result = (f, kids)
+                break
+            if self.out_of_budget():
+                break
+            self.expanded += 1
+            if isinstance(prod, Coder):
+                push = (desc + self.leaf_cost(v, prod), _DONE, Program.leaf(prod))
+            elif stage == _UNRUN:
+                values = self.children(v, prod)  # type: ignore[arg-type]
+                if values is None:
+                    continue
+                push = (desc + sum(self.h(c) for c in values), _OPEN, values)
+            else:
+                solved = [self.solve(c) for c in kids]
+                push = (desc + sum(cost for cost, _ in solved), _DONE,
+                        Program.op(prod, *(p for _, p in solved)))  # type: ignore[arg-type]
+            self.generated += 1
+            heapq.heappush(frontier, (push[0], next(self.tie), push[1], prod, desc, push[2]))
+        if result is None:  # out of budget: the cheapest coder, or a finished node if cheaper
+            done = [(f, p) for f, _, stage, _, _, p in frontier if stage == _DONE]
+            coders = [(desc + self.leaf_cost(v, p), Program.leaf(p)) for p, desc in options if isinstance(p, Coder)]
+            result = min(done + coders, key=lambda fp: fp[0])
+        v.memo["best"] = result
+        return result
+
+    def run(self, root: Value) -> SearchResult:
+        cost, program = self.solve(root)
+        return SearchResult(program, cost, self.expanded, self.generated, self.exhausted)
+
+
+def search(root: Value, prior: Prior, role: str, scale: float, chunks: int = 1,
+           budget: Budget | None = None) -> SearchResult:
+    return Search(prior, role, scale, chunks, budget or Budget()).run(root)
