@@ -1,0 +1,55 @@
+"""The benchmark harness, end to end, on a tiny synthetic corpus."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save_file
+
+ROOT = Path(__file__).resolve().parent.parent
+CODECS = ["brevis", "zstd-3", "zstd-19", "gzip-9", "xz-6"]  # stdlib, brevis and zstd: no torch needed
+
+
+def test_harness_round_trips_every_codec(tmp_path):
+    item = tmp_path / "corpus" / "tiny"
+    item.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    save_file({"w": rng.standard_normal((64, 96)).astype(np.float32),
+               "h": rng.standard_normal(500).astype(np.float16),
+               "q": rng.integers(-128, 128, 1000, dtype=np.int8)}, str(item / "model.safetensors"))
+    (item / "config.json").write_text('{"hidden": 96}\n')
+    (item / "SOURCE.json").write_text("{}\n")  # not part of the item
+    out = tmp_path / "results"
+
+    p = subprocess.run([sys.executable, "benchmarks/run.py", str(tmp_path / "corpus"), "--codecs", ",".join(CODECS),
+                        "--threads", "2", "--out", str(out), "--tmp", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+
+    res = json.loads((out / "latest.json").read_text())
+    assert [c["name"] for c in res["codecs"]] == CODECS
+    assert res["failures"] == [] and res["skipped"] == {}
+    [it] = res["items"]
+    assert it["name"] == "tiny" and sorted(Path(f).name for f in it["files"]) == ["config.json", "model.safetensors"]
+    for name in CODECS:
+        r = it["results"][name]
+        assert r["status"] == "ok", (name, r)
+        assert 0 < r["ratio"] < 1.1 and r["compress_mb_s"] > 0 and r["decompress_mb_s"] > 0
+        assert r["compress_peak_mib"] > 1 and r["decompress_peak_mib"] > 1
+        assert res["overall"][name]["items"] == 1
+    # The float tensors' fields are counted separately: random normals leave the
+    # low mantissa bytes nearly 8 bits each, but the exponents far below.
+    assert 0.5 < it["entropy_ratio"] < 1.0 and it["float_tensor_bytes"] == 64 * 96 * 4 + 500 * 2
+    assert "| brevis" in (out / "latest.md").read_text().lower()
+
+
+def test_float_fields_cover_every_bit(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks.entropy import float_fields
+
+    # (shift, width): sign, exponent, then mantissa bytes from the low end
+    assert float_fields(8, 23) == [(31, 1), (23, 8), (0, 8), (8, 8), (16, 7)]  # F32
+    assert float_fields(8, 7) == [(15, 1), (7, 8), (0, 7)]  # BF16
+    assert float_fields(5, 10) == [(15, 1), (10, 5), (0, 8), (8, 2)]  # F16
