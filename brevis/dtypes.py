@@ -7,6 +7,7 @@ width, so every bit pattern (NaN payloads, -0.0, subnormals) is kept.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -58,6 +59,7 @@ def lookup(name: str) -> DType | None:
     return DTYPES.get(name)
 
 
+@lru_cache(maxsize=None)
 def uint_for_bits(bits: int) -> np.dtype:
     """Smallest little-endian unsigned container holding `bits` bits."""
     for width, dt in ((8, "<u1"), (16, "<u2"), (32, "<u4"), (64, "<u8")):

@@ -110,10 +110,13 @@ def segment_info(f: ScannedFile, seg: Segment, chunk_bytes: int) -> SegmentInfo:
     itemsize = t.container.itemsize
     chunks = len(chunk_counts(seg.length // itemsize, itemsize, chunk_bytes, _row(seg)))
     return SegmentInfo(seg.name, t, seg.shape, seg.length, chunks,
-                       lambda off, n: f.read(seg.offset + off, n))
+                       lambda off, n: f.read(seg.offset + off, n), seg.records)
 
 
 def _row(seg: Segment) -> int:
+    """Elements per row: chunks hold whole rows (whole records for blocks)."""
+    if seg.records:
+        return sum(c * w for c, w in seg.records)
     return seg.shape[-1] if seg.shape else 1
 
 

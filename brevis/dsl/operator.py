@@ -29,6 +29,7 @@ class Production:
 
     def __init__(self, **config: Any):
         self._config = self.parse_config(config)
+        self._hash = hash((self.id, repr(sorted(self._config.items()))))
 
     @classmethod
     def parse_config(cls, config: dict) -> dict:
@@ -69,7 +70,7 @@ class Production:
         return type(self) is type(other) and self._config == other._config  # type: ignore[attr-defined]
 
     def __hash__(self) -> int:
-        return hash((self.id, repr(sorted(self._config.items()))))
+        return self._hash
 
     def __repr__(self) -> str:
         return self.describe()

@@ -23,6 +23,9 @@ class Segment:
     name: str = ""
     dtype: DType | None = None  # None: opaque bytes
     shape: tuple[int, ...] | None = None
+    # For a byte segment of fixed-size records (GGUF quantized blocks): the
+    # [count, width] of each field, as the `records` operator takes them.
+    records: tuple[tuple[int, int], ...] | None = None
 
     @property
     def end(self) -> int:

@@ -69,6 +69,24 @@ GGML_TYPES: dict[int, tuple[str, int, int, str | None]] = {
     39: ("MXFP4", 32, 1 + 16, None),
 }
 
+# Field layout of quantized blocks, as [count, width in bytes] in storage order
+# (ggml's block_* structs); the `records` operator splits blocks by it.
+BLOCK_FIELDS: dict[str, tuple[tuple[int, int], ...]] = {
+    "Q4_0": ((1, 2), (16, 1)),
+    "Q4_1": ((1, 2), (1, 2), (16, 1)),
+    "Q5_0": ((1, 2), (4, 1), (16, 1)),
+    "Q5_1": ((1, 2), (1, 2), (4, 1), (16, 1)),
+    "Q8_0": ((1, 2), (32, 1)),
+    "Q2_K": ((16, 1), (64, 1), (1, 2), (1, 2)),
+    "Q3_K": ((32, 1), (64, 1), (12, 1), (1, 2)),
+    "Q4_K": ((1, 2), (1, 2), (12, 1), (128, 1)),
+    "Q5_K": ((1, 2), (1, 2), (12, 1), (32, 1), (128, 1)),
+    "Q6_K": ((128, 1), (64, 1), (16, 1), (1, 2)),
+    "Q8_K": ((1, 4), (256, 1), (16, 2)),
+    "IQ4_NL": ((1, 2), (16, 1)),
+    "IQ4_XS": ((1, 2), (1, 2), (4, 1), (128, 1)),
+}
+
 # metadata value type -> (struct format, dtype name); 8 STRING and 9 ARRAY are special
 VALUE_TYPES: dict[int, tuple[str, str]] = {
     0: ("B", "U8"), 1: ("b", "I8"), 2: ("H", "U16"), 3: ("h", "I16"), 4: ("I", "U32"),
@@ -189,7 +207,7 @@ def parse(f: BinaryIO, size: int) -> list[Segment]:
     for name, dims, gtype, offset in infos:
         if gtype not in GGML_TYPES:
             continue  # unknown type: its bytes stay in a gap
-        _, block, block_bytes, dname = GGML_TYPES[gtype]
+        tname, block, block_bytes, dname = GGML_TYPES[gtype]
         n = math.prod(dims)
         if dims and dims[0] % block:
             raise ParseError(f"tensor {name!r}: rows are not whole blocks")
@@ -200,6 +218,9 @@ def parse(f: BinaryIO, size: int) -> list[Segment]:
         if dname:
             tensors.append(Segment(start, length, name, dtypes.lookup(dname), tuple(reversed(dims))))
         else:
-            tensors.append(Segment(start, length, name))
+            fields = BLOCK_FIELDS.get(tname)
+            if fields and sum(c * w for c, w in fields) != block_bytes:
+                fields = None  # a table disagreement: keep plain bytes rather than guess
+            tensors.append(Segment(start, length, name, records=fields))
     # metadata arrays lie in the header, before every tensor
     return fill_gaps([t for t in arrays + tensors if t.length >= MIN_TENSOR_BYTES], 0, size)

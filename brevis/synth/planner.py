@@ -48,7 +48,7 @@ class Effort:
 
 EFFORTS = {
     0: Effort(0, 0, 0, 0, 1, 4096),
-    1: Effort(1, 64, 0, 0, 4, 8192),
+    1: Effort(1, 64, 8, 300, 4, 16384),
     2: Effort(2, 400, 16, 1500, 4, 65536),
     3: Effort(3, 2000, 32, 5000, 16, 32768),
 }
@@ -71,6 +71,7 @@ class SegmentInfo:
     length: int
     chunks: int
     read: Callable[[int, int], bytes]  # (offset within the segment, length) -> bytes
+    records: tuple[tuple[int, int], ...] | None = None  # field layout of fixed-size records
 
     @property
     def role(self) -> str:
@@ -78,13 +79,18 @@ class SegmentInfo:
 
     @property
     def row(self) -> int | None:
+        if self.records:
+            return sum(c * w for c, w in self.records)
         return self.shape[-1] if self.shape and self.shape[-1] > 1 else None
 
     @property
     def family(self) -> tuple | None:
+        if self.records:
+            return ("records", repr(self.records), self.role)
         if not isinstance(self.t, Tensor) or self.length <= TINY:
             return None
-        return (self.t.dtype.name, self.role, self.shape)
+        # Shape class, not exact shape: the reuse check guards against a poor fit.
+        return (self.t.dtype.name, self.role, shape_class(self.shape, self.length))
 
     @property
     def stratum(self) -> str:
@@ -166,7 +172,8 @@ class Planner:
         """The segment's sample as a search value, and the factor from sample to segment bytes."""
         slices = sample(seg, self.effort)
         scale = seg.length / max(1, sum(s.nbytes for s in slices))
-        return Value(slices, seg.t, seg.row, opaque=not isinstance(seg.t, Tensor)), scale
+        records = [list(f) for f in seg.records] if seg.records else None
+        return Value(slices, seg.t, seg.row, opaque=not isinstance(seg.t, Tensor), records=records), scale
 
     def claim_family(self, seg: SegmentInfo) -> tuple[_Family | None, bool]:
         """Called in archive order: the first segment of a family leads it."""

@@ -13,13 +13,15 @@ from functools import cached_property
 
 import numpy as np
 
-from ..dsl import (Affine, BytePlanes, Constant, Delta, Field, FloatFields, LowZeroBits, PackBits,
+from ..dsl import (Affine, BitFields, BytePlanes, Records, Constant, Delta, Field, FloatFields, LowZeroBits, PackBits,
                    Partition, Rank, Raw, RowDedup, Sparse, Tensor, Transpose, XorDelta, ZigZag, Zstd)
 from ..dsl.operator import Production
 
 MAX_DEPTH = 6
 CODERS = (Raw(), Zstd.entropy(), Zstd.at_level(3))
 BYTE_CODERS = CODERS + (Zstd.at_level(9),)
+NIBBLES = BitFields(groups=[[[4, 4]], [[0, 4]]])
+HALF_FIELDS = BitFields(groups=[[[10, 5]], [[15, 1], [0, 10]]])
 # Operators that keep every element in place, so a row length still applies.
 KEEPS_ORDER = {"float_fields", "bit_fields", "byte_planes", "low_zero_bits", "delta", "xor_delta", "zigzag"}
 
@@ -34,6 +36,7 @@ class Value:
     parent: str = "root"
     depth: int = 0
     opaque: bool = False  # a byte segment whose structure is unknown
+    records: list | None = None  # field layout of fixed-size records, from the format
     memo: dict = field(default_factory=dict)
 
     @cached_property
@@ -95,6 +98,14 @@ def proposals(v: Value) -> list[Production]:
         out.append(Constant(value=int(x[0])))
         return out
     lengths = [len(s) for s in v.slices]
+    if v.records:
+        op = Records(fields=v.records)
+        if all(n % op.record_bytes == 0 for n in lengths):
+            out.append(op)
+    if v.parent == "records" and t.bits == 8:
+        out.append(NIBBLES)  # packed 4-bit quants: high and low nibbles apart
+    if v.parent == "records" and t.bits == 16:
+        out.append(HALF_FIELDS)  # f16 scales: exponent, sign+mantissa
     if isinstance(t, Tensor) and t.dtype.is_float and t.bits > 8:
         out += [FloatFields(grouping="e|sm"), FloatFields(grouping="s|e|m")]
         p = _float_partition(v)

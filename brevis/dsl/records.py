@@ -1,0 +1,72 @@
+"""Fixed-size records: fields that are interleaved in storage, pulled apart."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import FormatError, NotApplicable, ProgramError
+from .operator import Operator, register
+from .types import Field
+
+
+@register
+class Records(Operator):
+    """Split a byte stream of fixed-size records into one stream per field.
+
+    `fields` lists [count, width] per field in record order: `count` items
+    of `width` bytes (1, 2, 4 or 8; a little-endian word). A GGUF Q8_0
+    block is [[1, 2], [32, 1]]: one f16 scale, then 32 int8 quants. Child j
+    holds field j of every record, in record order, as words of 8*width
+    bits. Inverse: interleave the fields back into records.
+    """
+
+    id = "records"
+    params = {"fields": list}
+
+    @classmethod
+    def validate(cls, config):
+        fields = config["fields"]
+        if not 1 <= len(fields) <= 64:
+            raise ProgramError("records: 1 to 64 fields")
+        for f in fields:
+            if (not isinstance(f, list) or len(f) != 2
+                    or not all(isinstance(v, int) and not isinstance(v, bool) for v in f)
+                    or not 1 <= f[0] <= 1 << 16 or f[1] not in (1, 2, 4, 8)):
+                raise ProgramError("records: a field is [count 1..65536, width 1|2|4|8]")
+
+    @property
+    def record_bytes(self) -> int:
+        return sum(c * w for c, w in self._config["fields"])
+
+    def output_types(self, t):
+        if t.bits != 8:
+            raise ProgramError(f"records needs bytes, not {t}")
+        return [Field(8 * w) for _, w in self._config["fields"]]
+
+    def output_names(self, t):
+        return [f"field{i}" for i in range(len(self._config["fields"]))]
+
+    def forward(self, x, t):
+        size = self.record_bytes
+        if len(x) % size:
+            raise NotApplicable("not whole records")
+        rows = x.reshape(-1, size)
+        out, pos = [], 0
+        for count, width in self._config["fields"]:
+            part = np.ascontiguousarray(rows[:, pos:pos + count * width])
+            out.append(part.reshape(-1).view(Field(8 * width).container))
+            pos += count * width
+        return out
+
+    def inverse(self, n, t, read):
+        size = self.record_bytes
+        if n % size:
+            raise FormatError("records: not whole records")
+        records = n // size
+        rows = np.empty((records, size), np.uint8)
+        pos = 0
+        for i, (count, width) in enumerate(self._config["fields"]):
+            part = read(i, records * count)
+            rows[:, pos:pos + count * width] = part.view(np.uint8).reshape(records, count * width)
+            pos += count * width
+        return rows.reshape(-1)
