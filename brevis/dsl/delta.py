@@ -23,6 +23,8 @@ def _mask(x: np.ndarray, bits: int) -> np.ndarray:
 def _columns(y: np.ndarray, stride: int) -> tuple[np.ndarray, int]:
     """y padded to whole rows of `stride`, as (rows, stride)."""
     n = len(y)
+    if n <= stride:  # one row: no padding (a stride from an archive may be 2^26)
+        return y.reshape(1, n), n
     pad = (-n) % stride
     if pad:
         y = np.concatenate([y, np.zeros(pad, y.dtype)])
