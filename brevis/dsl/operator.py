@@ -27,7 +27,7 @@ class Production:
     # Config keys and the Python types their values must have.
     params: ClassVar[dict[str, type | tuple[type, ...]]] = {}
 
-    def __init__(self, **config: Any):
+    def __init__(self, /, **config: Any):  # "self" may be a config key from an archive
         self._config = self.parse_config(config)
         self._hash = hash((self.id, repr(sorted(self._config.items()))))
 
