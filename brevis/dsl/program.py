@@ -45,6 +45,9 @@ class Program:
 
     def check(self, t: Field, depth: int = 0) -> int:
         """Type-check against input type t; return the number of streams."""
+        if depth == 0 and self._count_nodes(MAX_NODES + 1) > MAX_NODES:
+            # The same limit as from_json: never write what no reader accepts.
+            raise ProgramError(f"program has more than {MAX_NODES} nodes")
         if depth > MAX_DEPTH:
             raise ProgramError(f"program deeper than {MAX_DEPTH}")
         if isinstance(self.node, Coder):
@@ -59,6 +62,15 @@ class Program:
             raise ProgramError(
                 f"{self.node.id} on {t} gives {len(types)} values but has {len(self.children)} children")
         return sum(child.check(ct, depth + 1) for child, ct in zip(self.children, types))
+
+    def _count_nodes(self, stop: int) -> int:
+        """Number of nodes, counting no further than `stop` (no recursion)."""
+        count, todo = 0, [self]
+        while todo and count < stop:
+            node = todo.pop()
+            count += 1
+            todo.extend(node.children)
+        return count
 
     # ------------------------------------------------------ serialization
     def to_json(self) -> list:
@@ -84,6 +96,8 @@ class Program:
                 names = self.node.output_names(t)  # type: ignore[union-attr]
             except ProgramError:
                 pass
+            if len(types) != len(self.children):  # ill-typed: show every child, unnamed
+                types, names = [None] * len(self.children), None
         parts = []
         for i, (child, ct) in enumerate(zip(self.children, types)):
             text = child.describe(ct)
