@@ -1,0 +1,701 @@
+"""Every production of the DSL round-trips every value it accepts, bit for bit,
+and refuses (NotApplicable) exactly the values it cannot represent.
+
+CASES maps each production id of brevis.dsl.REGISTRY to example programs
+that use it; a production registered without examples fails
+test_every_production_has_cases. Inputs are random bit patterns of every
+dtype (NaN payloads, -0.0, subnormals, infinities included) and of every
+Field(k), k in 1..64, with lengths 0, 1, 3, 7, 1023 and others.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from brevis.dsl import (REGISTRY, Affine, BitFields, BytePlanes, Constant, Delta, FloatFields, LowZeroBits,
+                        PackBits, Partition, Program, Rank, Raw, Records, RowDedup, Sparse, Transpose, XorDelta, ZigZag,
+                        Zstd, encode)
+from brevis.dsl.types import Field, Tensor, tensor
+from brevis.dtypes import DTYPES
+from brevis.errors import FormatError, NotApplicable
+from helpers import as_bytes, roundtrip
+
+# ------------------------------------------------------------------ types
+TENSOR_TYPES = [tensor(d) for d in DTYPES.values()]
+FIELD_TYPES = [Field(k) for k in range(1, 65)]
+ALL_TYPES = TENSOR_TYPES + FIELD_TYPES
+
+LEAVES = [
+    Raw(),
+    Zstd.at_level(1),
+    Zstd.entropy(),
+    Zstd(level=-7, strategy=0, window_log=0, hash_log=0, chain_log=0, min_match=0),
+    Zstd(level=9, strategy=9, window_log=10, hash_log=6, chain_log=6, min_match=3),
+]
+
+
+def leaf(i: int = 0) -> Program:
+    return Program.leaf(LEAVES[i % len(LEAVES)])
+
+
+def leaves_for(op, t: Field, salt: int = 0) -> Program:
+    return Program.op(op, *(leaf(salt + i) for i in range(len(op.output_types(t)))))
+
+
+def mask(bits: int) -> int:
+    return (1 << bits) - 1
+
+
+# ------------------------------------------------------------------ cases
+@dataclass
+class Case:
+    """One example program, built for a value type (None: does not apply)."""
+
+    name: str
+    build: Callable[[Field], Program | None]
+    # Whether the forward direction must accept x (else: NotApplicable).
+    accepts: Callable[[np.ndarray, Field], bool] = lambda x, t: True
+    # Turn any input into one the program accepts.
+    admit: Callable[[np.ndarray, Field], np.ndarray] = lambda x, t: x
+    # An input the program must refuse, made from an accepted one (None: none exists).
+    refuse: Callable[[np.ndarray, Field], np.ndarray | None] = lambda x, t: None
+
+    def __repr__(self):
+        return self.name
+
+
+def _only(pred):
+    def wrap(build):
+        return lambda t: build(t) if pred(t) else None
+    return wrap
+
+
+# ---- coders
+def zstd_case(z: Zstd) -> Case:
+    return Case(f"zstd:{z.describe()}", lambda t: Program.leaf(z))
+
+
+ZSTD_CONFIGS = LEAVES[1:] + [
+    Zstd.at_level(0),
+    Zstd.at_level(3),
+    Zstd.at_level(19),
+    Zstd(level=3, strategy=1, window_log=31, hash_log=6, chain_log=6, min_match=7),
+    Zstd(level=1, strategy=5, window_log=0, hash_log=30, chain_log=30, min_match=4),
+]
+
+
+# ---- constant
+def constant_case(name: str, value_of: Callable[[Field], int]) -> Case:
+    def build(t):
+        return Program.op(Constant(value=value_of(t)))
+
+    def accepts(x, t):
+        return bool(np.all(x == x.dtype.type(value_of(t))))
+
+    def admit(x, t):
+        return np.full(len(x), value_of(t), dtype=t.container)
+
+    def refuse(x, t):
+        if not len(x):
+            return None
+        y = admit(x, t).copy()
+        y[len(y) // 2] ^= y.dtype.type(1)
+        return y
+
+    return Case(name, build, accepts, admit, refuse)
+
+
+# ---- low zero bits
+def low_zero_case(name: str, shift_of: Callable[[Field], int | None],
+                  child: Callable[[Field], Program]) -> Case:
+    def build(t):
+        s = shift_of(t)
+        if s is None or not 1 <= s < t.bits:
+            return None
+        return Program.op(LowZeroBits(shift=s), child(Field(t.bits - s)))
+
+    def low(t):
+        return t.container.type(mask(shift_of(t)))
+
+    def accepts(x, t):
+        return not np.any(x & low(t))
+
+    def admit(x, t):
+        return x & ~low(t)
+
+    def refuse(x, t):
+        if not len(x):
+            return None
+        y = admit(x, t).copy()
+        y[-1] |= t.container.type(1 << (shift_of(t) - 1))
+        return y
+
+    return Case(name, build, accepts, admit, refuse)
+
+
+def planes_or_leaf(t: Field, salt: int = 0) -> Program:
+    if t.bits <= 8:
+        return leaf(salt)
+    return leaves_for(BytePlanes(), t, salt)
+
+
+def mantissa_low_zero_case(keep: int) -> Case:
+    """float_fields whose mantissa field drops all but `keep` high bits (an upcast)."""
+
+    def shift(t):
+        return t.dtype.mantissa_bits - keep
+
+    def build(t):
+        if not (isinstance(t, Tensor) and t.dtype.is_float and 1 <= shift(t) < t.dtype.mantissa_bits):
+            return None
+        op = FloatFields(grouping="s|e|m")
+        s_t, e_t, m_t = op.output_types(t)
+        return Program.op(op, leaf(0), planes_or_leaf(e_t, 1),
+                          Program.op(LowZeroBits(shift=shift(t)), planes_or_leaf(Field(m_t.bits - shift(t)), 2)))
+
+    def low(t):
+        return t.container.type(mask(shift(t)))
+
+    def refuse(x, t):
+        if not len(x):
+            return None
+        y = (x & ~low(t)).copy()
+        y[0] |= t.container.type(1)
+        return y
+
+    return Case(f"float_fields>low_zero_bits(keep={keep})", build,
+                accepts=lambda x, t: not np.any(x & low(t)),
+                admit=lambda x, t: x & ~low(t), refuse=refuse)
+
+
+# ---- bit fields
+def bit_fields_case(name: str, groups_of: Callable[[int], list | None], child=None) -> Case:
+    def build(t):
+        groups = groups_of(t.bits)
+        if groups is None:
+            return None
+        op = BitFields(groups=groups)
+        types = op.output_types(t)
+        kids = [child(ct, i) if child else leaf(i) for i, ct in enumerate(types)]
+        if any(k is None for k in kids):
+            return None
+        return Program.op(op, *kids)
+
+    return Case(name, build)
+
+
+def pack_child(ct: Field, i: int) -> Program | None:
+    if ct.bits not in (1, 2, 4):
+        return None
+    return Program.op(PackBits(), leaf(i))
+
+
+def every(width):
+    """Groups of `width` bits; at most 16 of them (wider words: the other cases)."""
+    return lambda b: [[[i, width]] for i in range(0, b, width)] if b % width == 0 and b // width <= 16 else None
+
+
+# ---- float fields
+FLOAT = _only(lambda t: isinstance(t, Tensor) and t.dtype.is_float)
+
+
+def float_case(grouping: str, nested: bool = False) -> Case:
+    def build(t):
+        op = FloatFields(grouping=grouping)
+        if not nested:
+            return leaves_for(op, t)
+        return Program.op(op, *(planes_or_leaf(ct, i) for i, ct in enumerate(op.output_types(t))))
+
+    return Case(f"float_fields({grouping}{',nested' if nested else ''})", FLOAT(build))
+
+
+# ---- neighbours
+def strided_case(op_cls, stride: int, nested: bool = False) -> Case:
+    def build(t):
+        child = planes_or_leaf(t, stride) if nested else leaf(stride)
+        return Program.op(op_cls(stride=stride), child)
+
+    return Case(f"{op_cls.id}({stride}{',nested' if nested else ''})", build)
+
+
+ZIGZAG = _only(lambda t: t.bits in (8, 16, 32, 64))
+
+
+def zigzag_cases() -> list[Case]:
+    return [
+        Case("zigzag", ZIGZAG(lambda t: Program.op(ZigZag(), leaf(1)))),
+        Case("delta>zigzag>byte_planes", ZIGZAG(lambda t: Program.op(
+            Delta(stride=1), Program.op(ZigZag(), planes_or_leaf(Field(t.bits), 2))))),
+    ]
+
+
+def transpose_case(cols: int) -> Case:
+    def admit(x, t):
+        return x[: len(x) - len(x) % cols]
+
+    def refuse(x, t):
+        return None if cols == 1 else np.concatenate([x, np.zeros(1, t.container)])
+
+    return Case(f"transpose({cols})", lambda t: Program.op(Transpose(cols=cols), planes_or_leaf(t, cols)),
+                accepts=lambda x, t: len(x) % cols == 0, admit=admit, refuse=refuse)
+
+
+# ---- regions
+def affine_case(name: str, step_of: Callable[[Field], int]) -> Case:
+    def progression(start, n, t):
+        return ((start + step_of(t) * np.arange(n, dtype=object)) % (1 << t.bits)).astype(t.container)
+
+    def accepts(x, t):
+        return not len(x) or as_bytes(progression(int(x[0]), len(x), t)) == as_bytes(x)
+
+    def admit(x, t):
+        return progression(int(x[0]) if len(x) else 0, len(x), t)
+
+    def refuse(x, t):
+        if len(x) < 2:
+            return None  # one element is always a progression
+        y = x.copy()
+        y[-1] ^= t.container.type(1)
+        return y
+
+    return Case(name, lambda t: Program.op(Affine(step=step_of(t)), leaf(3)), accepts, admit, refuse)
+
+
+def row_dedup_case(row: int) -> Case:
+    def admit(x, t):
+        rows = x[: len(x) - len(x) % row].reshape(-1, row)
+        if len(rows) > 1:  # repeat a few rows, out of order
+            rows = rows[(np.arange(len(rows)) * 5) % min(len(rows), 3)]
+        return rows.reshape(-1)
+
+    def refuse(x, t):
+        return None if row == 1 else np.concatenate([x, np.zeros(1, t.container)])
+
+    return Case(f"row_dedup({row})",
+                lambda t: Program.op(RowDedup(row=row), leaf(row), planes_or_leaf(Field(t.bits), row + 1)),
+                accepts=lambda x, t: len(x) % row == 0, admit=admit, refuse=refuse)
+
+
+def sparse_case(name: str, value_of: Callable[[Field], int]) -> Case:
+    def admit(x, t):
+        y = x.copy()
+        y[np.arange(len(y)) % 5 != 2] = t.container.type(value_of(t))
+        return y
+
+    return Case(name, lambda t: Program.op(Sparse(value=value_of(t)), leaf(0), leaf(1),
+                                           planes_or_leaf(Field(t.bits), 2)), admit=admit)
+
+
+# ---- symbols
+def rank_case(name: str, symbols_of: Callable[[Field], list[int]]) -> Case:
+    def build(t):
+        op = Rank(symbols=symbols_of(t))
+        ranks_t, exc_t = op.output_types(t)
+        return Program.op(op, leaf(len(op.config["symbols"])), planes_or_leaf(exc_t, 1))
+
+    def admit(x, t):
+        symbols = symbols_of(t)
+        if not symbols:
+            return x
+        y = x.copy()
+        y[np.arange(len(y)) % 3 != 0] = np.array(symbols, dtype=np.uint64).astype(t.container)[
+            np.arange(len(y))[np.arange(len(y)) % 3 != 0] % len(symbols)]
+        return y
+
+    return Case(name, build, admit=admit)
+
+
+def partition_case(name: str, split: Callable[[Field], tuple[list, list, list] | None]) -> Case:
+    def build(t):
+        parts = split(t)
+        if parts is None:
+            return None
+        context, rest, classes = parts
+        op = Partition(context=context, rest=rest, classes=classes)
+        types = op.output_types(t)
+        return Program.op(op, *(planes_or_leaf(ct, i) for i, ct in enumerate(types)))
+
+    return Case(name, build)
+
+
+def _high_context(t):
+    b = t.bits
+    if b < 2:
+        return None
+    w = min(4, b - 1)
+    return [[b - w, w]], [[0, b - w]], [[0], [1, mask(w)], []]
+
+
+def _ends_context(t):
+    b = t.bits
+    if b < 3:
+        return None
+    return [[0, 1], [b - 1, 1]], [[1, b - 2]], [[3]]
+
+
+def _exponent_context(t):
+    if not (isinstance(t, Tensor) and t.dtype.is_float):
+        return None
+    e, m = t.dtype.exponent_bits, t.dtype.mantissa_bits
+    bias = mask(e - 1)
+    return [[m, e]], [[m + e, 1], [0, m]], [[bias], [bias - 1, bias - 2], [0, mask(e)]]
+
+
+# ---- records
+def records_case(fields: list[list[int]]) -> Case:
+    size = sum(c * w for c, w in fields)
+
+    def build(t):
+        if t.bits != 8:
+            return None
+        op = Records(fields=fields)
+        return Program.op(op, *(planes_or_leaf(ct, i) for i, ct in enumerate(op.output_types(t))))
+
+    def refuse(x, t):
+        return None if size == 1 else np.concatenate([x, np.zeros(1, t.container)])
+
+    return Case(f"records({fields})", build, accepts=lambda x, t: len(x) % size == 0,
+                admit=lambda x, t: x[: len(x) - len(x) % size], refuse=refuse)
+
+
+CASES: dict[str, list[Case]] = {
+    "raw": [Case("raw", lambda t: Program.leaf(Raw()))],
+    "zstd": [zstd_case(z) for z in ZSTD_CONFIGS],
+    "constant": [
+        constant_case("constant(0)", lambda t: 0),
+        constant_case("constant(max)", lambda t: mask(t.bits)),
+        constant_case("constant(pattern)", lambda t: 0x5A5A5A5A5A5A5A5A & mask(t.bits)),
+    ],
+    "bit_fields": [
+        bit_fields_case("bit_fields(identity)", lambda b: [[[0, b]]]),
+        bit_fields_case("bit_fields(halves)", lambda b: [[[b // 2, b - b // 2]], [[0, b // 2]]] if b >= 2 else None),
+        bit_fields_case("bit_fields(bits)", lambda b: [[[i, 1]] for i in reversed(range(b))] if b <= 24 else None),
+        bit_fields_case("bit_fields(ends+middle)",
+                        lambda b: [[[b - 1, 1], [0, 1]], [[1, b - 2]]] if b >= 3 else None),
+    ],
+    "float_fields": [float_case(g) for g in ("s|e|m", "e|sm", "sem", "m|e|s", "es|m", "me|s", "s|me")]
+    + [float_case("s|e|m", nested=True), float_case("e|sm", nested=True)],
+    "low_zero_bits": [
+        low_zero_case("low_zero_bits(1)", lambda t: 1, lambda ct: leaf(1)),
+        low_zero_case("low_zero_bits(half)", lambda t: t.bits // 2, planes_or_leaf),
+        low_zero_case("low_zero_bits(all but one)", lambda t: t.bits - 1, lambda ct: leaf(2)),
+        mantissa_low_zero_case(0 + 2),
+    ],
+    "pack_bits": [
+        Case("pack_bits>raw", _only(lambda t: t.bits in (1, 2, 4))(lambda t: Program.op(PackBits(), leaf(0)))),
+        Case("pack_bits>zstd", _only(lambda t: t.bits in (1, 2, 4))(lambda t: Program.op(PackBits(), leaf(1)))),
+        bit_fields_case("bit_fields(1-bit)>pack_bits", every(1), pack_child),
+        bit_fields_case("bit_fields(2-bit)>pack_bits", every(2), pack_child),
+        bit_fields_case("bit_fields(4-bit)>pack_bits", every(4), pack_child),
+    ],
+    "delta": [strided_case(Delta, s, nested=s == 1) for s in (1, 2, 3, 64, 1 << 26)],
+    "xor_delta": [strided_case(XorDelta, s, nested=s == 2) for s in (1, 2, 7, 1 << 20)],
+    "zigzag": zigzag_cases(),
+    "transpose": [transpose_case(c) for c in (1, 2, 3, 8)],
+    "affine": [
+        affine_case("affine(0)", lambda t: 0),
+        affine_case("affine(1)", lambda t: 1),
+        affine_case("affine(-1)", lambda t: mask(t.bits)),
+        affine_case("affine(2^63+3)", lambda t: ((1 << 63) + 3) & mask(t.bits)),
+    ],
+    "row_dedup": [row_dedup_case(r) for r in (1, 2, 3, 16)],
+    "sparse": [
+        sparse_case("sparse(0)", lambda t: 0),
+        sparse_case("sparse(max)", lambda t: mask(t.bits)),
+    ],
+    "rank": [
+        rank_case("rank([])", lambda t: []),
+        rank_case("rank(specials)", lambda t: special_patterns(t)[:5]),
+        rank_case("rank(255)", lambda t: [v for v in range(255) if v < 1 << t.bits][::-1]),
+    ],
+    "partition": [
+        partition_case("partition(high bits)", _high_context),
+        partition_case("partition(end bits)", _ends_context),
+        partition_case("partition(exponent)", _exponent_context),
+    ],
+    "records": [records_case(f) for f in ([[1, 1]], [[1, 2], [32, 1]], [[2, 4], [1, 8], [3, 1]], [[1, 2], [1, 1]])],
+    "byte_planes": [
+        Case("byte_planes", lambda t: leaves_for(BytePlanes(), t)),
+        Case("byte_planes>byte_planes",
+             lambda t: Program.op(BytePlanes(), *(Program.op(BytePlanes(), leaf(i))
+                                                  for i, _ in enumerate(BytePlanes().output_types(t))))),
+    ],
+}
+
+
+def applicable(prod: str, t: Field) -> list[Case]:
+    return [c for c in CASES[prod] if c.build(t) is not None]
+
+
+# ------------------------------------------------------------------ values
+def special_patterns(t: Field) -> list[int]:
+    """Edge bit patterns: for floats ±0, ±inf, NaNs with payloads, subnormals."""
+    b = t.bits
+    out = {0, 1, mask(b), 1 << (b - 1), mask(b - 1) if b > 1 else 0}
+    if isinstance(t, Tensor) and t.dtype.is_float:
+        e, m = t.dtype.exponent_bits, t.dtype.mantissa_bits
+        sign, exp, man = 1 << (e + m), mask(e) << m, mask(m)
+        for s in (0, sign):
+            out |= {
+                s,  # ±0
+                s | exp,  # ±inf (F8_E4M3: a NaN)
+                s | exp | 1,  # signalling NaN, smallest payload
+                s | exp | (1 << (m - 1)),  # quiet NaN
+                s | exp | man,  # NaN, all payload bits
+                s | exp | (0x5 & man),  # NaN with an odd payload
+                s | 1,  # smallest subnormal
+                s | man,  # largest subnormal
+                s | (1 << m),  # smallest normal
+                s | (exp - 1),  # largest finite
+                s | ((mask(e - 1)) << m),  # 1.0
+            }
+    return sorted(out)
+
+
+LENGTHS = [0, 1, 2, 3, 7, 8, 9, 16, 31, 33, 64, 100, 257, 1023]
+MODES = ["random", "specials", "mixed", "constant", "few"]
+
+
+def random_bits(rng: np.random.Generator, n: int, bits: int) -> np.ndarray:
+    words = rng.integers(0, 1 << 64, size=n, dtype=np.uint64, endpoint=False) if bits == 64 else \
+        rng.integers(0, 1 << bits, size=n, dtype=np.uint64)
+    return words
+
+
+def bulk(t: Field, n: int, seed: int, mode: str) -> np.ndarray:
+    """n values of type t made with numpy (fast enough for long arrays)."""
+    rng = np.random.default_rng(seed)
+    specials = np.array(special_patterns(t), dtype=np.uint64)
+    if mode == "random":
+        x = random_bits(rng, n, t.bits)
+    elif mode == "specials":
+        x = rng.choice(specials, n)
+    elif mode == "mixed":
+        x = np.where(rng.random(n) < 0.3, rng.choice(specials, n), random_bits(rng, n, t.bits))
+    elif mode == "constant":
+        x = np.full(n, specials[seed % len(specials)], dtype=np.uint64)
+    else:  # a few distinct values: repeats for rank, row_dedup, sparse
+        x = rng.choice(np.concatenate([specials[:2], random_bits(rng, 2, t.bits)]), n)
+    return x.astype(t.container)
+
+
+@functools.cache
+def values(t: Field) -> st.SearchStrategy[np.ndarray]:
+    """Short arrays drawn element by element (they shrink well), longer ones in bulk."""
+    elements = st.one_of(st.sampled_from(special_patterns(t)), st.integers(0, mask(t.bits)))
+    short = st.integers(0, 9).flatmap(lambda n: hnp.arrays(t.container, n, elements=elements))
+    long = st.builds(bulk, st.just(t), st.sampled_from(LENGTHS), st.integers(0, 2**32 - 1),
+                     st.sampled_from(MODES))
+    return st.one_of(short, long)
+
+
+def fixed_values(t: Field, seed: int) -> list[np.ndarray]:
+    """Deterministic inputs: empty, one element, odd lengths, specials, random bits."""
+    specials = np.array(special_patterns(t), dtype=np.uint64).astype(t.container)
+    long = 1023 if isinstance(t, Tensor) else 257
+    return [bulk(t, 0, seed, "random"), bulk(t, 1, seed, "random"), bulk(t, 7, seed, "few"),
+            np.concatenate([specials[::-1], bulk(t, long, seed, "mixed")])]
+
+
+# ------------------------------------------------------------------ the check
+def check_case(case: Case, t: Field, x: np.ndarray) -> None:
+    program = case.build(t)
+    assert program is not None
+    x = np.ascontiguousarray(x, dtype=t.container)
+    if case.accepts(x, t):
+        roundtrip(program, t, x)
+    else:
+        with pytest.raises(NotApplicable):
+            encode(program, x, t)
+    admitted = np.ascontiguousarray(case.admit(x, t), dtype=t.container)
+    assert case.accepts(admitted, t)
+    if as_bytes(admitted) != as_bytes(x):
+        roundtrip(program, t, admitted)
+    refused = case.refuse(admitted, t)
+    if refused is not None:
+        assert not case.accepts(refused, t)
+        with pytest.raises(NotApplicable):
+            encode(program, refused, t)
+
+
+# ------------------------------------------------------------------ tests
+def test_every_production_has_cases():
+    assert set(CASES) == set(REGISTRY), "every registered production needs round-trip cases here"
+    for prod, cases in CASES.items():
+        assert cases, prod
+
+
+@pytest.mark.parametrize("prod", sorted(CASES))
+def test_cases_use_their_production_and_apply_somewhere(prod):
+    for case in CASES[prod]:
+        built = [case.build(t) for t in ALL_TYPES]
+        built = [p for p in built if p is not None]
+        assert built, f"{case.name} applies to no type"
+
+        def ids(p):
+            return {p.node.id} | set().union(*(ids(c) for c in p.children))
+
+        assert all(prod in ids(p) for p in built), f"{case.name} does not use {prod}"
+
+
+@functools.cache
+def cases_and_types(prod: str, kind: str) -> st.SearchStrategy[tuple[Case, Field]]:
+    """(case, type) pairs of a production on tensor types or on Field(1..64)."""
+    types = TENSOR_TYPES if kind == "tensor" else FIELD_TYPES
+    return st.sampled_from([(c, t) for t in types for c in applicable(prod, t)])
+
+
+def test_every_production_applies_to_tensors():
+    assert {t.dtype.name for t in TENSOR_TYPES} == set(DTYPES)
+    for prod in CASES:
+        assert any(applicable(prod, t) for t in TENSOR_TYPES), prod
+    for t in TENSOR_TYPES:
+        for prod in CASES:
+            if prod not in ("float_fields", "pack_bits", "zigzag", "records") or t.dtype.is_float and prod == "float_fields":
+                assert applicable(prod, t), (prod, t)
+
+
+@pytest.mark.parametrize("prod", sorted(CASES))
+@settings(max_examples=50)
+@given(data=st.data())
+def test_roundtrip_tensor(prod, data):
+    """Random bit patterns of every dtype, NaN payloads and subnormals included."""
+    case, t = data.draw(cases_and_types(prod, "tensor"), label="case, type")
+    x = data.draw(values(t), label="x")
+    check_case(case, t, x)
+
+
+FIELD_PRODUCTIONS = [p for p in sorted(CASES) if any(applicable(p, f) for f in FIELD_TYPES)]
+
+
+def test_field_productions():
+    assert set(CASES) - set(FIELD_PRODUCTIONS) == {"float_fields"}  # needs a float tensor
+
+
+@pytest.mark.parametrize("prod", FIELD_PRODUCTIONS)
+@settings(max_examples=40)
+@given(data=st.data())
+def test_roundtrip_field(prod, data):
+    """Field(k) values for k in 1..64."""
+    case, t = data.draw(cases_and_types(prod, "field"), label="case, type")
+    x = data.draw(values(t), label="x")
+    check_case(case, t, x)
+
+
+@pytest.mark.parametrize("t", ALL_TYPES, ids=str)
+def test_roundtrip_every_case_on_fixed_values(t):
+    """Every case on every type, deterministically (hypothesis samples; this covers)."""
+    for prod in sorted(CASES):
+        for case in applicable(prod, t):
+            for i, x in enumerate(fixed_values(t, seed=t.bits)):
+                check_case(case, t, x)
+
+
+def test_every_field_width_is_covered_by_every_general_production():
+    for t in FIELD_TYPES:
+        for prod in ("raw", "zstd", "constant", "bit_fields", "byte_planes"):
+            assert applicable(prod, t), (prod, t)
+        if t.bits >= 2:
+            assert applicable("low_zero_bits", t)
+
+
+# ---- refusals
+@pytest.mark.parametrize("t", ALL_TYPES, ids=str)
+def test_constant_refuses_non_constant_values(t):
+    c = Constant(value=mask(t.bits))
+    p = Program.op(c)
+    assert p.check(t) == 0
+    x = np.full(9, mask(t.bits), dtype=t.container)
+    roundtrip(p, t, x)
+    roundtrip(p, t, x[:0])
+    x[4] = 0
+    with pytest.raises(NotApplicable):
+        encode(p, x, t)
+    with pytest.raises(NotApplicable):
+        encode(Program.op(Constant(value=0)), np.arange(3, dtype=t.container) % 2, t)
+
+
+@pytest.mark.parametrize("t", [t for t in ALL_TYPES if t.bits >= 2], ids=str)
+def test_low_zero_bits_refuses_set_low_bits(t):
+    for shift in sorted({1, t.bits // 2, t.bits - 1}):
+        p = Program.op(LowZeroBits(shift=shift), leaf(shift))
+        ok = np.array([0, mask(t.bits) & ~mask(shift), 1 << shift, 1 << (t.bits - 1)], dtype=np.uint64)
+        x = ok.astype(t.container)
+        roundtrip(p, t, x)
+        for bit in range(shift):
+            bad = x.copy()
+            bad[1] |= t.container.type(1 << bit)
+            with pytest.raises(NotApplicable):
+                encode(p, bad, t)
+
+
+@settings(max_examples=100)
+@given(data=st.data())
+def test_random_bit_field_tilings(data):
+    """Any tiling of the word into ranges, grouped in any order, round-trips."""
+    t = data.draw(st.sampled_from(ALL_TYPES), label="t")
+    b = t.bits
+    cuts = sorted(data.draw(st.sets(st.integers(1, b - 1), max_size=min(b - 1, 12)), label="cuts")) if b > 1 else []
+    bounds = [0] + cuts + [b]
+    ranges = [[lo, hi - lo] for lo, hi in zip(bounds, bounds[1:])]
+    ranges = data.draw(st.permutations(ranges), label="order")
+    groups, rest = [], list(ranges)
+    while rest:
+        k = data.draw(st.integers(1, len(rest)), label="group size")
+        groups.append(rest[:k])
+        rest = rest[k:]
+    op = BitFields(groups=groups)
+    program = Program.op(op, *(leaf(i) for i in range(len(groups))))
+    roundtrip(program, t, data.draw(values(t), label="x"))
+
+
+# ---- configuration through JSON
+@pytest.mark.parametrize("prod", sorted(CASES))
+def test_config_roundtrips_through_json(prod):
+    for case in CASES[prod]:
+        for t in ALL_TYPES:
+            p = case.build(t)
+            if p is None:
+                continue
+            text = json.dumps(p.to_json())
+            q = Program.from_json(json.loads(text))
+            assert q == p
+            assert hash(q) == hash(p)
+            assert json.dumps(q.to_json()) == text
+            assert q.check(t) == p.check(t)
+            assert q.describe(t) == p.describe(t)
+
+
+@settings(max_examples=100)
+@given(level=st.integers(-7, 22), strategy=st.integers(0, 9),
+       window_log=st.sampled_from([0, 10, 17, 31]), hash_log=st.sampled_from([0, 6, 12, 30]),
+       chain_log=st.sampled_from([0, 6, 16, 30]), min_match=st.sampled_from([0, 3, 5, 7]))
+def test_zstd_configs_roundtrip_through_json(**config):
+    p = Program.leaf(Zstd(**config))
+    assert Program.from_json(json.loads(json.dumps(p.to_json()))) == p
+
+
+# ---- coders refuse streams of the wrong size
+@pytest.mark.parametrize("coder", [Raw(), Zstd.at_level(3)], ids=str)
+def test_coder_rejects_streams_of_the_wrong_length(coder):
+    t = Field(16)
+    x = np.arange(10, dtype=np.uint16)
+    data = coder.encode(x, t)
+    assert as_bytes(coder.decode(memoryview(data), 10, t)) == as_bytes(x)
+    for n in (0, 9, 11):
+        with pytest.raises(FormatError):
+            coder.decode(memoryview(data), n, t)
+    with pytest.raises(FormatError):
+        coder.decode(memoryview(data[:-1]), 10, t)
+    with pytest.raises(FormatError):
+        coder.decode(memoryview(b"\x00" * len(data)), 10, t) if coder.id == "zstd" else \
+            coder.decode(memoryview(data + b"\x00"), 10, t)

@@ -1,0 +1,105 @@
+"""Helpers shared by the test suite (imported as `helpers`: tests/ is on sys.path)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from brevis.dsl import decode, encode
+from brevis.dsl.program import Program
+from brevis.dsl.types import Field
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------- round trip
+def as_bytes(x: np.ndarray) -> bytes:
+    """The exact bytes of an array: compare bit patterns, never float values."""
+    return np.ascontiguousarray(x).view(np.uint8).tobytes()
+
+
+def roundtrip(program: Program, t: Field, x: np.ndarray) -> list[bytes]:
+    """Encode x (n elements of type t) with program, decode, compare bytes.
+
+    The one round-trip check of the suite. Returns the streams.
+    """
+    x = np.ascontiguousarray(x)
+    assert x.dtype == t.container, f"test bug: {x.dtype} values for {t}"
+    expected_streams = program.check(t)
+    assert expected_streams == len(program.leaves())
+    streams = encode(program, x, t)
+    assert len(streams) == expected_streams
+    assert all(isinstance(s, bytes) for s in streams)
+    out = decode(program, t, len(x), [memoryview(s) for s in streams])
+    assert out.dtype == t.container
+    assert out.shape == (len(x),)
+    assert as_bytes(out) == as_bytes(x), f"{program.describe(t)} on {t} changed the bytes"
+    return streams
+
+
+# ---------------------------------------------------------------- files
+def write_safetensors(path: Path, tensors: dict[str, tuple[str, tuple[int, ...], bytes]],
+                      metadata: dict | None = None) -> None:
+    """A safetensors file: tensors maps name -> (dtype name, shape, raw little-endian bytes)."""
+    header: dict = {}
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    offset = 0
+    for name, (dtype, shape, data) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for _, _, data in tensors.values():
+            f.write(data)
+
+
+def small_checkpoint(folder: Path, seed: int = 0, elements: int = 2048) -> Path:
+    """A folder with a small safetensors file (bf16, f32, i64) and a config.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal(elements).astype(np.float32)
+    bf16 = (w.view(np.uint32) >> 16).astype(np.uint16)
+    write_safetensors(folder / "model.safetensors", {
+        "layer.weight": ("BF16", (elements // 32, 32), bf16.tobytes()),
+        "layer.bias": ("F32", (64,), rng.standard_normal(64).astype(np.float32).tobytes()),
+        "norm.weight": ("F32", (256,), np.ones(256, np.float32).tobytes()),
+        "position_ids": ("I64", (1, 128), np.arange(128, dtype=np.int64).tobytes()),
+    }, metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps({"hidden_size": 32, "layers": 1}, indent=2) + "\n")
+    return folder
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def tree(root: str | os.PathLike) -> tuple[dict[bytes, str], set[bytes]]:
+    """(sha256 of every file, set of empty folders), keyed by relative path bytes."""
+    root_b = os.fsencode(root)
+    files: dict[bytes, str] = {}
+    empty: set[bytes] = set()
+    for here, dirs, names in os.walk(root_b):
+        rel = os.path.relpath(here, root_b)
+        for name in names:
+            key = os.path.normpath(os.path.join(rel, name))
+            files[key] = sha256_file(os.path.join(here, name))
+        if not dirs and not names and rel != b".":
+            empty.add(os.path.normpath(rel))
+    return files, empty
+
+
+def listing(folder: str | os.PathLike) -> list[str]:
+    return sorted(os.listdir(folder))
