@@ -17,7 +17,7 @@ from .archive.reader import ArchiveReader
 from .decoder import decompress, verify
 from .encoder import compress
 
-__all__ = ["compress", "decompress", "verify", "inspect"]
+__all__ = ["compress", "decompress", "verify", "inspect", "explain", "learn_prior"]
 
 
 def inspect(archive: str | os.PathLike) -> dict:
@@ -38,9 +38,57 @@ def inspect(archive: str | os.PathLike) -> dict:
                     "chunks": len(s.chunks),
                     "programs": [{"program": p.describe(s.value_type), "chunks": n}
                                  for p, n in zip(s.programs, uses)],
+                    "search": s.search,
                 })
             files.append({"path": f.path, "format": f.format, "original_bytes": f.size,
                           "stored_bytes": f.stored, "segments": segments})
         return {"archive": str(archive), "archive_bytes": reader.size,
                 "original_bytes": index.original_bytes, "created_by": index.created_by,
                 "dirs": index.dirs, "files": files}
+
+
+def _productions(program) -> list[str]:
+    out = [program.node.id]
+    for child in program.children:
+        out += _productions(child)
+    return out
+
+
+def explain(archive: str | os.PathLike) -> list[dict]:
+    """Which productions won where: per dtype and role, bytes in and out and
+    how often each production appears in the chosen programs."""
+    from collections import Counter
+
+    from .synth.roles import role_of
+
+    rows: dict[tuple[str, str], dict] = {}
+    with ArchiveReader(Path(archive)) as reader:
+        for f in reader.index.files:
+            for s in f.segments:
+                if not s.chunks:
+                    continue
+                key = (s.dtype.name if s.dtype else "bytes", role_of(s.name, s.dtype is not None))
+                row = rows.setdefault(key, {"dtype": key[0], "role": key[1], "segments": 0,
+                                            "original_bytes": 0, "stored_bytes": 0,
+                                            "productions": Counter(), "search": Counter()})
+                row["segments"] += 1
+                row["original_bytes"] += s.length
+                row["stored_bytes"] += s.stored
+                row["search"][s.search.get("search", "?")] += 1
+                for c in s.chunks:  # weighted by chunks: what actually ran
+                    row["productions"].update(_productions(s.programs[c.program]))
+    out = sorted(rows.values(), key=lambda r: -r["original_bytes"])
+    for r in out:
+        r["productions"] = dict(r["productions"].most_common())
+        r["search"] = dict(r["search"])
+    return out
+
+
+def learn_prior(sources, output=None, *, effort: int = 2, threads: int = 1):
+    """Learn a production prior on a checkpoint (and save it to `output`)."""
+    from .encoder import learn
+
+    prior = learn(sources, effort=effort, threads=threads)
+    if output is not None:
+        prior.save(output)
+    return prior

@@ -16,7 +16,8 @@ from contextlib import contextmanager
 import click
 
 from . import __version__, api
-from .errors import BrevisError
+from .errors import BrevisError, OutputExists
+from .synth.planner import DEFAULT_EFFORT
 from .parallel import default_threads
 from .sources import collect
 
@@ -53,6 +54,8 @@ threads_option = click.option("-j", "--threads", type=click.IntRange(min=1), def
                               help="Worker threads (default: one per core).")
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+effort_option = click.option("-e", "--effort", type=click.IntRange(0, 3), default=DEFAULT_EFFORT, show_default=True,
+                             help="Search effort: 0 no search, 1 fast, 2 default, 3 thorough.")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -68,19 +71,51 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("-o", "--output", required=True, type=click.Path(path_type=str), help="Archive to write (.brv).")
 @click.option("-f", "--force", is_flag=True, help="Overwrite an existing archive.")
+@effort_option
+@click.option("--prior", "prior", type=click.Path(path_type=str), default=None,
+              help="Use a prior learned before (brevis prior learn) instead of learning one.")
+@click.option("--explain", is_flag=True, help="Summarize which productions won where.")
 @threads_option
 @quiet_option
 @json_option
-def compress(sources, output, force, threads, quiet, as_json):
+def compress(sources, output, force, effort, prior, explain, threads, quiet, as_json):
     """Compress checkpoint folders or files into one archive."""
     files, _ = collect(list(sources))
     total = sum(s.path.stat().st_size for s in files)
     with progress_bar(total, quiet, "compress") as update:
         s = api.compress(sources, output, threads=threads or default_threads(), force=force,
-                         progress=update)
+                         effort=effort, prior=prior, progress=update)
+    if explain:
+        s["explain"] = api.explain(output)
     ratio = f"{100 * s['ratio']:.1f} %" if s["ratio"] is not None else "-"
     _emit(as_json, quiet, s, f"{output}: {s['files']} files, {_size(s['original_bytes'])} -> "
           f"{_size(s['archive_bytes'])} ({ratio}) in {s['seconds']:.1f} s")
+    if explain and not as_json:
+        for r in s["explain"]:
+            pct = 100 * r["stored_bytes"] / r["original_bytes"]
+            top = ", ".join(f"{k} {v}" for k, v in list(r["productions"].items())[:6])
+            found = ", ".join(f"{k} {v}" for k, v in r["search"].items())
+            click.echo(f"  {r['dtype']:8s} {r['role']:10s} {r['segments']:5d} segments "
+                       f"{_size(r['original_bytes']):>9s} -> {pct:5.1f} %  [{found}]  {top}")
+
+
+@cli.group()
+def prior():
+    """Production priors: learn one on a checkpoint, reuse it for the next."""
+
+
+@prior.command("learn")
+@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("-o", "--output", required=True, type=click.Path(path_type=str), help="Prior file to write (.json).")
+@click.option("-f", "--force", is_flag=True, help="Overwrite an existing file.")
+@effort_option
+@threads_option
+def prior_learn(sources, output, force, effort, threads):
+    """Learn the production prior of a checkpoint."""
+    if os.path.exists(output) and not force:
+        raise OutputExists(f"{output} exists (use --force to overwrite)")
+    p = api.learn_prior(sources, output, effort=effort, threads=threads or default_threads())
+    click.echo(f"{output}: prior learned on {p.samples} tensors, {len(p.counts)} contexts")
 
 
 @cli.command()
@@ -145,6 +180,13 @@ def inspect(archive, as_json):
                        f"{s['original_bytes']} -> {s['stored_bytes']}")
             for p in s["programs"]:
                 click.echo(f"    {p['program']}" + (f"  ({p['chunks']} chunks)" if len(s["programs"]) > 1 else ""))
+            st = s.get("search") or {}
+            if st.get("search") == "a*":
+                click.echo(f"    search: A*, {st['expanded']} nodes expanded, estimated {st['estimate']}"
+                           f" -> actual {s['stored_bytes']} bytes" + (" (budget hit)" if st.get("exhausted") else ""))
+            elif st.get("search") == "family":
+                click.echo(f"    search: reused a sibling's program, estimated {st['estimate']}"
+                           f" -> actual {s['stored_bytes']} bytes")
 
 
 def _terminate(signum, frame):

@@ -32,7 +32,9 @@ from .errors import InvalidArgument, IOFailure, NotApplicable
 from .formats import Segment, layout
 from .parallel import CHUNK_BYTES, Pool, chunk_counts
 from .sources import Source, collect
-from .synth.planner import DEFAULT_EFFORT, Plan, Planner, SegmentInfo
+from .dsl.operator import Coder
+from .dsl.program import Program
+from .synth.planner import DEFAULT_EFFORT, FALLBACK, PLAIN, Plan, Planner, SegmentInfo
 from .synth.prior import Prior
 
 
@@ -141,7 +143,7 @@ class ChunkJob:
 class ChunkResult:
     job: ChunkJob
     key: bytes  # full SHA-256 of the original bytes, with the value type
-    program: int | None  # None: a duplicate of an earlier chunk, not encoded
+    program: Program | None  # None: a duplicate of an earlier chunk, not encoded
     streams: list[bytes]
 
 
@@ -170,6 +172,25 @@ class Deduplicator:
             return False
 
 
+def encode_repairing(program: Program, x: np.ndarray, t: Field) -> tuple[Program, list[bytes]]:
+    """Run a program forward; where an operator refuses this input (the
+    sample said constant, this chunk is not), that sub-value is coded by
+    the fallback instead. Returns the program that ran and its streams."""
+    node = program.node
+    if isinstance(node, Coder):
+        return program, [node.encode(x, t)]
+    try:
+        values = node.forward(x, t)
+    except NotApplicable:
+        return FALLBACK, [FALLBACK.node.encode(x, t)]
+    children, streams = [], []
+    for child, value, ct in zip(program.children, values, node.output_types(t)):
+        p, s = encode_repairing(child, value, ct)
+        children.append(p)
+        streams += s
+    return Program(node, tuple(children)), streams
+
+
 def encode_chunk(job: ChunkJob, dedup: Deduplicator) -> ChunkResult:
     ps = job.planned
     t = ps.value_type
@@ -179,14 +200,33 @@ def encode_chunk(job: ChunkJob, dedup: Deduplicator) -> ChunkResult:
     if dedup.claim(key, job.order):
         return ChunkResult(job, key, None, [])
     x = np.frombuffer(data, dtype=t.container)
-    for i, program in enumerate(ps.plan.programs):
-        try:
-            streams = encode(program, x, t)
-        except NotApplicable:
-            continue
-        if sum(map(len, streams)) <= len(data) or i == len(ps.plan.programs) - 1:
-            return ChunkResult(job, key, i, streams)
-    raise AssertionError("no program applied to a chunk")
+    program, streams = encode_repairing(ps.plan.program, x, t)
+    if sum(map(len, streams)) > len(data):  # never larger than the data itself
+        program, streams = PLAIN, [data]
+    return ChunkResult(job, key, program, streams)
+
+
+def _learn(planner: Planner, scanned: list[ScannedFile], pool: Pool, chunk_bytes: int) -> Prior:
+    infos = []
+    try:
+        for f in scanned:
+            f.open()
+            infos += [segment_info(f, seg, chunk_bytes) for seg in f.segments]
+        return planner.learn(infos, lambda fn, xs: pool.ordered_map(fn, xs))
+    finally:
+        for f in scanned:
+            f.close()
+
+
+def learn(sources, *, effort: int = DEFAULT_EFFORT, threads: int = 1, chunk_bytes: int = CHUNK_BYTES) -> Prior:
+    """Learn the production prior of a checkpoint without compressing it."""
+    files, _ = collect(list(sources))
+    planner = Planner(effort)
+    if not planner.effort.learn_tensors:
+        raise InvalidArgument(f"effort {effort} does not learn a prior; use 1 or more")
+    with Pool(threads) as pool:
+        scanned = list(pool.ordered_map(scan, files))
+        return _learn(planner, scanned, pool, chunk_bytes)
 
 
 def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, threads: int = 1,
@@ -210,13 +250,7 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
             scanned = list(pool.ordered_map(scan, files))
             learn_time = time.perf_counter()
             if prior is None and planner.effort.learn_tensors:
-                infos = []
-                for f in scanned:
-                    f.open()
-                    infos += [segment_info(f, seg, chunk_bytes) for seg in f.segments]
-                planner.learn(infos, lambda fn, xs: pool.ordered_map(fn, xs))
-                for f in scanned:
-                    f.close()
+                _learn(planner, scanned, pool, chunk_bytes)
             learn_time = time.perf_counter() - learn_time
             for result in pool.ordered_map(lambda job: encode_chunk(job, dedup),
                                            _chunk_jobs(_planned(scanned, planner, pool, index, chunk_bytes),
@@ -224,9 +258,6 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
                 _write_chunk(result, writer, dedup)
                 if progress:
                     progress(result.job.n * result.job.planned.value_type.container.itemsize)
-            for f in index.files:
-                for seg in f.segments:
-                    _drop_unused_programs(seg)
             index.prior = planner.prior.to_json()
             size = writer.finish(index)
     finally:
@@ -276,8 +307,7 @@ def _chunk_jobs(planned: Iterator[PlannedSegment], chunk_bytes: int) -> Iterator
     for ps in planned:
         f, seg = ps.file, ps.segment
         itemsize = ps.value_type.container.itemsize
-        ps.entry = SegmentEntry(seg.name, seg.dtype, seg.shape, seg.length, list(ps.plan.programs),
-                                search=ps.plan.stats)
+        ps.entry = SegmentEntry(seg.name, seg.dtype, seg.shape, seg.length, search=ps.plan.stats)
         f.entry.segments.append(ps.entry)
         offset = seg.offset
         counts = chunk_counts(seg.length // itemsize, itemsize, chunk_bytes, _row(seg))
@@ -298,21 +328,13 @@ def _write_chunk(result: ChunkResult, writer: ArchiveWriter, dedup: Deduplicator
     assert entry is not None
     if result.program is None or result.key in dedup.written:
         program, located = dedup.written[result.key]
-        if program not in entry.programs:
-            entry.programs.append(program)
-        index = entry.programs.index(program)
     else:
-        index = result.program
+        program = result.program
         located = [writer.write_stream(s) for s in result.streams]
-        dedup.written[result.key] = (entry.programs[index], located)
+        dedup.written[result.key] = (program, located)
+    if program not in entry.programs:
+        entry.programs.append(program)
+    index = entry.programs.index(program)
     entry.chunks.append(Chunk(index, job.n, located, result.key[:DIGEST_BYTES]))
     ps.file.pending -= 1
     ps.file.finish_if_done()
-
-
-def _drop_unused_programs(seg: SegmentEntry) -> None:
-    used = sorted({c.program for c in seg.chunks})
-    remap = {old: new for new, old in enumerate(used)}
-    seg.programs = [seg.programs[i] for i in used]
-    for c in seg.chunks:
-        c.program = remap[c.program]

@@ -33,6 +33,7 @@ FALLBACK = Program.leaf(Zstd.entropy())  # always applies
 PLAIN = Program.leaf(Raw())  # never larger than the data
 TINY = 256  # bytes: too small for a search to pay; raw or zstd, measured
 REUSE_TOLERANCE = 1.02  # a sibling's program is kept if within 2 % of its cost on the sibling
+ENTROPY_SLACK = 1.05  # ... and within 5 % of this segment's own order-0 entropy estimate
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,7 @@ class SegmentInfo:
             return ("records", repr(self.records), self.role)
         if not isinstance(self.t, Tensor) or self.length <= TINY:
             return None
-        # Shape class, not exact shape: the reuse check guards against a poor fit.
-        return (self.t.dtype.name, self.role, shape_class(self.shape, self.length))
+        return (self.t.dtype.name, self.role, self.shape)
 
     @property
     def stratum(self) -> str:
@@ -100,7 +100,7 @@ class SegmentInfo:
 
 @dataclass
 class Plan:
-    programs: list[Program]  # the choice first, then fallbacks
+    program: Program | None  # None for an empty segment
     stats: dict = field(default_factory=dict)
 
 
@@ -125,7 +125,7 @@ def _tiny_plan(seg: SegmentInfo) -> Plan:
     x = np.frombuffer(seg.read(0, seg.length), dtype=seg.t.container)
     zstd = Program.leaf(Zstd.at_level(3))
     smaller = zstd if len(encode(zstd, x, seg.t)[0]) < seg.length else PLAIN
-    return Plan([smaller, PLAIN], {"search": "tiny"})
+    return Plan(smaller, {"search": "tiny"})
 
 
 class _Family:
@@ -188,11 +188,11 @@ class Planner:
 
     def plan(self, seg: SegmentInfo, family: _Family | None = None, leader: bool = False) -> Plan:
         if seg.length == 0:
-            return Plan([], {})
+            return Plan(None, {})
         if seg.length <= TINY:
             return _tiny_plan(seg)
         if self.effort.level == 0:
-            return Plan([FALLBACK, PLAIN], {"search": "none"})
+            return Plan(FALLBACK, {"search": "none"})
         root, scale = self.root(seg)
         if family is not None and not leader:
             family.ready.wait()
@@ -210,7 +210,7 @@ class Planner:
             family.bytes_per_byte = result.estimate / seg.length
         stats = {"search": "a*", "expanded": result.expanded, "generated": result.generated,
                  "estimate": round(result.estimate), "exhausted": result.exhausted}
-        return Plan(self._with_fallbacks(result.program), stats)
+        return Plan(result.program, stats)
 
     def _try_reuse(self, family: _Family, root: Value, seg: SegmentInfo, scale: float) -> Plan | None:
         if family.program is None:
@@ -223,12 +223,8 @@ class Planner:
         estimate = size * scale + STREAM_INDEX_BYTES * seg.chunks * leaves
         if estimate > family.bytes_per_byte * seg.length * REUSE_TOLERANCE:
             return None
-        return Plan(self._with_fallbacks(family.program), {"search": "family", "estimate": round(estimate)})
-
-    @staticmethod
-    def _with_fallbacks(program: Program) -> list[Program]:
-        out = [program]
-        for p in (FALLBACK, PLAIN):
-            if p != program:
-                out.append(p)
-        return out
+        # A sibling's program can miss structure this segment has (a constant
+        # or upcast tensor in a family of dense ones): its entropy tells.
+        if estimate > root.entropy_bytes * scale * ENTROPY_SLACK + 64:
+            return None
+        return Plan(family.program, {"search": "family", "estimate": round(estimate)})

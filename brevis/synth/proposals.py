@@ -95,7 +95,10 @@ def proposals(v: Value) -> list[Production]:
     if v.depth >= MAX_DEPTH or not len(x):
         return out
     if v.is_constant:
-        out.append(Constant(value=int(x[0])))
+        # A value of one element per chunk (a count, a start) differs from
+        # chunk to chunk even when the sample's few agree: not a constant.
+        if len(x) >= 16 * len(v.slices):
+            out.append(Constant(value=int(x[0])))
         return out
     lengths = [len(s) for s in v.slices]
     if v.records:
@@ -139,13 +142,14 @@ def proposals(v: Value) -> list[Production]:
         if distinct < 0.9 * len(rows):
             out.append(RowDedup(row=v.row))
     if t.bits <= 16 or v.depth == 0:
-        values, counts = _histogram(x if t.bits <= 16 else x[:: max(1, len(x) // 4096)], t)
+        seen = x if t.bits <= 16 else x[:: max(1, len(x) // 4096)]
+        values, counts = _histogram(seen, t)
         top = int(np.argmax(counts))
-        if 0.9 <= counts[top] / len(x) < 1:
+        if 0.9 <= counts[top] / len(seen) < 1:
             out.append(Sparse(value=int(values[top])))
         if t.bits > 8 and len(values) > 1:
             order = np.argsort(-counts, kind="stable")[:255]
-            if counts[order].sum() >= 0.95 * len(x):
+            if counts[order].sum() >= 0.95 * len(seen):
                 out.append(Rank(symbols=[int(values[i]) for i in order]))
     return out
 

@@ -1,0 +1,132 @@
+"""The search finds known structure, and never loses to the plain fallback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zstandard
+from safetensors.numpy import save_file
+
+import brevis
+from brevis.dsl import Field, Program, Raw, tensor
+from brevis.dsl.interpreter import decode, encode
+from brevis.dtypes import DTYPES
+from brevis.synth.prior import Prior
+from brevis.synth.proposals import Value
+from brevis.synth.search import Budget, search
+
+RNG = np.random.default_rng(7)
+
+
+def weights(shape, dtype=np.float32):
+    return (RNG.standard_normal(shape) * 0.02).astype(dtype)
+
+
+def bf16_upcast(shape):
+    """f32 values that are exactly bf16 values (low 16 bits zero)."""
+    return (weights(shape).view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+
+
+CRAFTED = {
+    "constant": lambda: np.ones((256, 384), np.float32),
+    "arange": lambda: np.arange(65536, dtype=np.int64),
+    "upcast": lambda: bf16_upcast((256, 384)),
+    "repeated_rows": lambda: np.tile(weights((1, 384)), (256, 1)),
+    "sparse": lambda: np.where(RNG.random((256, 384)) < 0.01, weights((256, 384)), 0).astype(np.float32),
+}
+
+
+def stored_bytes(archive, name):
+    for f in brevis.inspect(archive)["files"]:
+        for s in f["segments"]:
+            if s["name"] == name:
+                return s["stored_bytes"], s["programs"][0]["program"]
+    raise KeyError(name)
+
+
+@pytest.mark.parametrize("kind", sorted(CRAFTED))
+def test_search_finds_known_structure(tmp_path, kind):
+    x = CRAFTED[kind]()
+    save_file({"t": x, "noise": weights((64, 64))}, tmp_path / "m.safetensors")
+    brevis.compress([tmp_path / "m.safetensors"], tmp_path / "a.brv")
+    stored, program = stored_bytes(tmp_path / "a.brv", "t")
+    zstd_size = len(zstandard.ZstdCompressor(level=3).compress(x.tobytes()))
+    # What the structure leaves to store: nothing, one row, half the bits, the exceptions.
+    floor = {"constant": 0, "arange": 0, "repeated_rows": x[0].nbytes, "upcast": x.nbytes // 2,
+             "sparse": int(np.count_nonzero(x)) * 5}[kind]
+    assert stored <= min(floor * 1.1 + 64, zstd_size), (kind, stored, zstd_size, program)
+    out = brevis.decompress(tmp_path / "a.brv", tmp_path / "out")
+    assert (tmp_path / "out" / "m.safetensors").read_bytes() == (tmp_path / "m.safetensors").read_bytes()
+
+
+def test_exact_duplicate_tensor_is_stored_once(tmp_path):
+    w = weights((512, 384))
+    save_file({"a": w, "b": w.copy()}, tmp_path / "m.safetensors")
+    save_file({"c": w.copy()}, tmp_path / "n.safetensors")
+    brevis.compress([tmp_path], tmp_path.with_suffix(".brv"))
+    info = brevis.inspect(tmp_path.with_suffix(".brv"))
+    archive = info["archive_bytes"]
+    single = stored_bytes(tmp_path.with_suffix(".brv"), "a")[0]
+    assert archive < single * 1.2  # three copies cost about one
+    assert brevis.verify(tmp_path.with_suffix(".brv"), [tmp_path])["ok"]
+
+
+def test_upcast_program_drops_the_zero_bits(tmp_path):
+    save_file({"t": bf16_upcast((256, 384))}, tmp_path / "m.safetensors")
+    brevis.compress([tmp_path / "m.safetensors"], tmp_path / "a.brv")
+    assert "low_zero_bits" in stored_bytes(tmp_path / "a.brv", "t")[1] or \
+        "constant(0x0)" in stored_bytes(tmp_path / "a.brv", "t")[1]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_search_never_worse_than_raw(seed):
+    rng = np.random.default_rng(seed)
+    bits = int(rng.choice([8, 16, 32]))
+    t = Field(bits)
+    x = rng.integers(0, 1 << bits, 4096, dtype=np.uint64).astype(t.container)  # incompressible
+    result = search(Value([x], t), Prior(), "other", 1.0, 1, Budget(64, 5))
+    size = sum(map(len, encode(result.program, x, t)))
+    assert size <= x.nbytes * 1.01 + 64
+    back = decode(result.program, t, len(x), [memoryview(b) for b in encode(result.program, x, t)])
+    assert back.tobytes() == x.tobytes()
+
+
+def test_search_estimate_is_exact_on_the_sample():
+    t = tensor(DTYPES["BF16"])
+    x = (weights(20000).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+    result = search(Value([x], t), Prior(), "mlp", 1.0, 1, Budget(400, 10))
+    size = sum(map(len, encode(result.program, x, t)))
+    leaves = len(result.program.leaves())
+    assert size <= result.estimate <= size + 6 * leaves + 64  # streams + index entries + description
+
+
+def test_learned_prior_expands_fewer_nodes_without_losing(tmp_path):
+    tensors = {f"layer{i}.mlp.weight": weights((256, 256)) for i in range(4)}
+    tensors.update({f"layer{i}.norm.weight": np.ones(256, np.float32) for i in range(4)})
+    save_file(tensors, tmp_path / "m.safetensors")
+    learned = brevis.learn_prior([tmp_path / "m.safetensors"])
+    assert learned.learned and learned.samples >= 1
+    t = tensor(DTYPES["F32"])
+    x = weights(16384).view(np.uint32)
+    uniform = search(Value([x], t), Prior(), "mlp", 1.0, 1, Budget(400, 10))
+    guided = search(Value([x], t), learned, "mlp", 1.0, 1, Budget(400, 10))
+    assert guided.expanded <= uniform.expanded
+    assert guided.estimate <= uniform.estimate * 1.01
+
+
+def test_prior_round_trips_through_a_file(tmp_path):
+    save_file({"w": weights((128, 128))}, tmp_path / "m.safetensors")
+    prior = brevis.learn_prior([tmp_path / "m.safetensors"], tmp_path / "p.json")
+    again = Prior.load(tmp_path / "p.json")
+    assert again.to_json() == prior.to_json()
+    s = brevis.compress([tmp_path / "m.safetensors"], tmp_path / "a.brv", prior=tmp_path / "p.json")
+    assert s["prior_samples"] == prior.samples
+    assert brevis.verify(tmp_path / "a.brv")["ok"]
+
+
+def test_effort_zero_uses_no_search(tmp_path):
+    save_file({"w": weights((128, 128))}, tmp_path / "m.safetensors")
+    brevis.compress([tmp_path / "m.safetensors"], tmp_path / "a.brv", effort=0)
+    assert stored_bytes(tmp_path / "a.brv", "w")[1] == "zstd(entropy)"
+    with pytest.raises(brevis.BrevisError):
+        brevis.compress([tmp_path / "m.safetensors"], tmp_path / "b.brv", effort=9)
