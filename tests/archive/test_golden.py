@@ -1,0 +1,102 @@
+"""Golden archives: written once by scripts/make_golden.py, decoded by every later version.
+
+Each tests/golden/<version>/ holds archive.brv, the source folder it was
+made from, SHA256SUMS (every file) and EMPTY_DIRS. These tests never
+rewrite them: a failure here means the current code no longer reads an
+archive an earlier Brevis wrote.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import brevis
+from brevis.archive.reader import ArchiveReader
+from helpers import sha256_file, tree
+
+GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+VERSIONS = sorted(p for p in GOLDEN.iterdir() if (p / "archive.brv").is_file())
+
+
+def sums(folder: Path) -> dict[bytes, str]:
+    out = {}
+    for line in (folder / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split("  ", 1)
+        out[os.fsencode(name)] = digest
+    return out
+
+
+def empty_dirs(folder: Path) -> set[bytes]:
+    return {os.fsencode(d) for d in (folder / "EMPTY_DIRS").read_text().split()}
+
+
+def test_there_is_a_golden_archive():
+    assert [p.name for p in VERSIONS][:1] == ["v1"]
+
+
+def test_golden_folder_is_small():
+    total = sum(p.stat().st_size for p in GOLDEN.rglob("*") if p.is_file())
+    assert total < 400_000, "keep golden archives small (each version under ~200 KB)"
+
+
+@pytest.mark.parametrize("folder", VERSIONS, ids=lambda p: p.name)
+def test_committed_source_matches_its_sums(folder):
+    """The committed source is what the archive was made of (no line-ending rewrites)."""
+    files, _ = tree(folder / "source")
+    assert files == sums(folder)
+
+
+@pytest.mark.parametrize("folder", VERSIONS, ids=lambda p: p.name)
+def test_golden_decodes_to_recorded_sums(folder, tmp_path):
+    out = tmp_path / "out"
+    brevis.decompress(folder / "archive.brv", out, threads=1)
+    files, dirs = tree(out)
+    assert files == sums(folder)
+    assert dirs == empty_dirs(folder)
+
+
+@pytest.mark.parametrize("folder", VERSIONS, ids=lambda p: p.name)
+def test_golden_decodes_with_threads(folder, tmp_path):
+    out = tmp_path / "out"
+    brevis.decompress(folder / "archive.brv", out, threads=3)
+    assert tree(out)[0] == sums(folder)
+
+
+@pytest.mark.parametrize("folder", VERSIONS, ids=lambda p: p.name)
+def test_golden_verifies(folder):
+    report = brevis.verify(folder / "archive.brv", threads=1)
+    assert report["ok"], report["problems"]
+    # Against the committed source too (git keeps no empty folders; verify checks files).
+    report = brevis.verify(folder / "archive.brv", [folder / "source"], threads=1)
+    assert report["ok"], report["problems"]
+
+
+@pytest.mark.parametrize("folder", VERSIONS, ids=lambda p: p.name)
+def test_golden_inspects(folder):
+    info = brevis.inspect(folder / "archive.brv")
+    assert {os.fsencode(f["path"]) for f in info["files"]} == set(sums(folder))
+    assert {os.fsencode(d) for d in info["dirs"]} == empty_dirs(folder)
+    for f in info["files"]:
+        for s in f["segments"]:
+            for p in s["programs"]:
+                assert p["program"]
+
+
+def test_v1_covers_every_dtype_and_edge_case():
+    """What v1 was made to contain (see scripts/make_golden.py)."""
+    with ArchiveReader(GOLDEN / "v1" / "archive.brv") as reader:
+        index = reader.index
+    files = {f.path: f for f in index.files}
+    assert {"model.safetensors", "config.json", "tokenizer.model", "empty.bin", "sub/README.md",
+            "sub/deeper/adapter.safetensors"} <= set(files)
+    assert files["empty.bin"].size == 0
+    segments = {s.name: s for s in files["model.safetensors"].segments}
+    dtypes = {s.dtype.name for s in segments.values() if s.dtype}
+    assert dtypes == set(brevis.dtypes.DTYPES)
+    assert segments["empty"].length == 0 and segments["empty"].shape == (0, 8)
+    assert segments["scalar"].shape == ()
+    assert any(len(s.chunks) > 1 for s in segments.values())
+    assert sha256_file(GOLDEN / "v1" / "source" / "model.safetensors") == sums(GOLDEN / "v1")[b"model.safetensors"]
