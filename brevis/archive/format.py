@@ -39,7 +39,7 @@ def check_header(data: bytes) -> None:
         if MAGIC.startswith(data[: len(MAGIC)]):
             raise TruncatedError("archive ends inside its header")
         raise FormatError("not a Brevis archive (bad magic)")
-    magic, version, flags, _ = HEADER.unpack(data[:HEADER_SIZE])
+    magic, version, flags, reserved = HEADER.unpack(data[:HEADER_SIZE])
     if magic != MAGIC:
         raise FormatError("not a Brevis archive (bad magic)")
     if version > VERSION:
@@ -49,6 +49,8 @@ def check_header(data: bytes) -> None:
         raise FormatError(f"unknown archive format version {version}")
     if flags:
         raise FormatError(f"unknown header flags {flags:#x}")
+    if reserved:
+        raise FormatError("reserved header bytes are not zero")
 
 
 def index_digest(stored_index: bytes) -> bytes:
