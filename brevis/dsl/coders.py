@@ -106,6 +106,8 @@ class Zstd(Coder):
             raise FormatError(f"zstd stream: {e}") from None
         if declared != expected:
             raise FormatError(f"zstd stream declares {declared} bytes where {expected} were expected")
+        if data[4] & 0x10:  # an unused frame header bit: zstd ignores it, so damage there would pass
+            raise FormatError("zstd stream: unused frame header bit is set")
         decompressor = _local.__dict__.setdefault("decompressor", None)
         if decompressor is None:
             decompressor = _local.decompressor = zstandard.ZstdDecompressor()
