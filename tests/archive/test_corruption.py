@@ -1,0 +1,445 @@
+"""Damaged archives: every truncation and every bit flip is reported as a BrevisError.
+
+Never another exception type, never a hang, never a wrong file passed off
+as right. Also crafted archives: a newer version, a bad magic, and indexes
+that declare huge sizes or unsafe paths, rewritten with a valid digest and
+footer so only the reader's validation can catch them.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import struct
+import tracemalloc
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zstandard
+
+import brevis
+from brevis.archive.format import FOOTER, FOOTER_SIZE, HEADER, HEADER_SIZE, Footer, index_digest
+from brevis.archive.reader import ArchiveReader
+from brevis.errors import BrevisError, FormatError, TruncatedError, UnsupportedVersion
+from helpers import small_checkpoint, tree, write_safetensors
+
+
+@contextmanager
+def deadline(seconds: int, what: str):
+    """Fail instead of hanging (the alarm interrupts Python code between calls)."""
+    def expire(signum, frame):
+        raise TimeoutError(f"{what}: no answer within {seconds} s")
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> tuple[Path, Path, bytes]:
+    """(source folder, archive, archive bytes): a few KB, several programs."""
+    root = tmp_path_factory.mktemp("corruption")
+    src = small_checkpoint(root / "src", elements=1024)
+    archive = root / "small.brv"
+    brevis.compress([src], archive, threads=1)
+    data = archive.read_bytes()
+    assert 1000 < len(data) < 8000, len(data)
+    return src, archive, data
+
+
+def outcome(path: Path, src: Path) -> str:
+    """'error' (a BrevisError), 'reported' (verify ok=False) or 'ok'; anything else raises."""
+    try:
+        with deadline(20, f"verify {path.name}"):
+            report = brevis.verify(path, threads=1)
+    except BrevisError:
+        return "error"
+    return "ok" if report["ok"] else "reported"
+
+
+def test_intact_archive_verifies(small):
+    src, archive, _ = small
+    assert brevis.verify(archive, [src], threads=1)["ok"]
+
+
+def test_every_truncation_is_an_error(small, tmp_path):
+    src, _, data = small
+    path = tmp_path / "cut.brv"
+    for length in range(len(data)):
+        path.write_bytes(data[:length])
+        with pytest.raises(BrevisError) as info:
+            with deadline(20, f"prefix {length}"):
+                brevis.verify(path, threads=1)
+        assert isinstance(info.value, FormatError), (length, info.value)
+        with pytest.raises(FormatError):
+            ArchiveReader(path).close()
+    # The shortest prefixes say "truncated", not "not an archive".
+    for length in (0, 1, 8, HEADER_SIZE, HEADER_SIZE + FOOTER_SIZE - 1, len(data) - 1):
+        path.write_bytes(data[:length])
+        with pytest.raises(TruncatedError):
+            ArchiveReader(path)
+
+
+def zstd_streams(archive: Path) -> list[tuple[int, int]]:
+    """(offset, length) of every stream a zstd coder wrote."""
+    out = []
+    with ArchiveReader(archive) as reader:
+        for f in reader.index.files:
+            for seg in f.segments:
+                for c in seg.chunks:
+                    leaves = seg.programs[c.program].leaves()
+                    out += [s for s, leaf in zip(c.streams, leaves) if leaf.id == "zstd"]
+    return out
+
+
+def test_every_bit_flip_is_detected(small, tmp_path):
+    """Flip one bit at every offset: verify must raise or report, or decode exactly.
+
+    Every byte of an archive is covered by a check (header fields, stream
+    contents through the chunk digests, index digest, footer), so outside
+    zstd frames every flip must be detected. Inside a zstd frame a few bits
+    are padding the decoder never reads (e.g. after an FSE table
+    description); a flip there decodes to the same bytes, which the chunk
+    digests (of original bytes) cannot see; such flips are allowed only if
+    decompressing still gives exactly the original files.
+    """
+    src, archive, data = small
+    path = tmp_path / "flip.brv"
+    undetected = []
+    for offset in range(len(data)):
+        damaged = bytearray(data)
+        damaged[offset] ^= 1 << (offset * 5 % 8)  # a different bit at each offset
+        path.write_bytes(damaged)
+        if outcome(path, src) == "ok":
+            undetected.append(offset)
+    zstd = zstd_streams(archive)
+    for offset in undetected:
+        damaged = bytearray(data)
+        damaged[offset] ^= 1 << (offset * 5 % 8)
+        path.write_bytes(damaged)
+        out = tmp_path / f"out{offset}"
+        brevis.decompress(path, out, threads=1)
+        assert tree(out) == tree(src), f"flip at {offset} changed the output and verify said ok"
+        assert any(o <= offset < o + ln for o, ln in zstd), f"flip at {offset} (not in a zstd frame) undetected"
+    assert len(undetected) <= len(data) // 100, f"bit flips not detected at offsets {undetected}"
+
+
+def test_zstd_frame_header_flips_are_detected(small, tmp_path):
+    """Every bit of every zstd frame header (the unused bit too) is checked."""
+    src, archive, data = small
+    path = tmp_path / "fhd.brv"
+    streams = zstd_streams(archive)
+    assert streams
+    for offset, length in streams:
+        for pos in range(offset, offset + min(length, 7)):  # magic, descriptor, content size
+            for bit in range(8):
+                damaged = bytearray(data)
+                damaged[pos] ^= 1 << bit
+                path.write_bytes(damaged)
+                assert outcome(path, src) != "ok", (offset, pos - offset, bit)
+
+
+def test_random_overwrites_are_detected(small, tmp_path):
+    src, _, data = small
+    rng = np.random.default_rng(7)
+    path = tmp_path / "overwrite.brv"
+    for _ in range(150):
+        damaged = bytearray(data)
+        start = int(rng.integers(0, len(data)))
+        length = int(rng.integers(1, 9))
+        for i in range(start, min(start + length, len(data))):
+            damaged[i] = (damaged[i] + int(rng.integers(1, 256))) % 256
+        path.write_bytes(damaged)
+        assert outcome(path, src) != "ok", (start, length)
+
+
+def test_damaged_archive_decompresses_to_nothing(small, tmp_path):
+    src, _, data = small
+    with ArchiveReader(small[1]) as reader:
+        off, length = max((s for f in reader.index.files for seg in f.segments for c in seg.chunks
+                           for s in c.streams), key=lambda s: s[1])
+    damaged = bytearray(data)
+    damaged[off + length // 2] ^= 0x10
+    path = tmp_path / "bad.brv"
+    path.write_bytes(damaged)
+    with pytest.raises(BrevisError):
+        brevis.decompress(path, tmp_path / "out", threads=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.brv"]
+
+
+# ------------------------------------------------------------ crafted headers
+def test_newer_version_is_unsupported(small, tmp_path):
+    _, _, data = small
+    magic, version, flags, reserved = HEADER.unpack(data[:HEADER_SIZE])
+    for newer in (version + 1, 0xFFFF):
+        path = tmp_path / f"v{newer}.brv"
+        path.write_bytes(HEADER.pack(magic, newer, flags, reserved) + data[HEADER_SIZE:])
+        with pytest.raises(UnsupportedVersion, match="newer"):
+            ArchiveReader(path)
+        with pytest.raises(UnsupportedVersion):
+            brevis.verify(path)
+        with pytest.raises(UnsupportedVersion):
+            brevis.inspect(path)
+        with pytest.raises(UnsupportedVersion):
+            brevis.decompress(path, tmp_path / "out")
+    path = tmp_path / "v0.brv"
+    path.write_bytes(HEADER.pack(magic, 0, flags, reserved) + data[HEADER_SIZE:])
+    with pytest.raises(FormatError) as info:
+        ArchiveReader(path)
+    assert not isinstance(info.value, UnsupportedVersion)
+
+
+@pytest.mark.parametrize("content", [
+    b"PK\x03\x04" + bytes(100),  # a zip (a .pth)
+    b'{"not": "an archive"}\n' * 10,
+    bytes(range(256)) * 4,
+])
+def test_not_an_archive(tmp_path, content):
+    path = tmp_path / "x.brv"
+    path.write_bytes(content)
+    with pytest.raises(FormatError, match="magic") as info:
+        ArchiveReader(path)
+    assert not isinstance(info.value, TruncatedError)
+
+
+def test_bad_magic(small, tmp_path):
+    _, _, data = small
+    for i in range(8):
+        damaged = bytearray(data)
+        damaged[i] ^= 0x20
+        path = tmp_path / "magic.brv"
+        path.write_bytes(damaged)
+        with pytest.raises(FormatError, match="magic"):
+            ArchiveReader(path)
+
+
+def test_unknown_flags_and_reserved_bits(small, tmp_path):
+    _, _, data = small
+    magic, version, flags, reserved = HEADER.unpack(data[:HEADER_SIZE])
+    for f, r in ((1, 0), (0x8000, 0), (0, 1), (0, 1 << 31)):
+        path = tmp_path / "flags.brv"
+        path.write_bytes(HEADER.pack(magic, version, f, r) + data[HEADER_SIZE:])
+        with pytest.raises(FormatError):
+            ArchiveReader(path)
+
+
+def test_archive_paths_that_are_not_archives(tmp_path):
+    with pytest.raises(BrevisError):
+        ArchiveReader(tmp_path / "missing.brv")
+    with pytest.raises(BrevisError):
+        ArchiveReader(tmp_path)
+    empty = tmp_path / "empty.brv"
+    empty.write_bytes(b"")
+    with pytest.raises(TruncatedError):
+        ArchiveReader(empty)
+
+
+# ------------------------------------------------------------ crafted indexes
+def split(data: bytes) -> tuple[bytes, dict]:
+    footer = Footer.unpack(data[-FOOTER_SIZE:], len(data))
+    stored = data[footer.index_offset:footer.index_offset + footer.index_length]
+    raw = zstandard.ZstdDecompressor().decompress(stored, max_output_size=footer.index_raw_length)
+    return data[:footer.index_offset], json.loads(raw)
+
+
+def join(head: bytes, index) -> bytes:
+    """An archive with this index, properly compressed, located and digested."""
+    raw = index if isinstance(index, bytes) else json.dumps(index).encode("ascii")
+    stored = zstandard.ZstdCompressor(level=3).compress(raw)
+    return head + stored + Footer(len(head), len(stored), len(raw), index_digest(stored)).pack()
+
+
+def test_rewriting_the_index_unchanged_still_reads(small, tmp_path):
+    src, _, data = small
+    head, index = split(data)
+    path = tmp_path / "same.brv"
+    path.write_bytes(join(head, index))
+    assert brevis.verify(path, [src], threads=1)["ok"]
+
+
+def tensor_segment(index: dict) -> dict:
+    for f in index["files"]:
+        for s in f["segments"]:
+            if s["dtype"] and s["chunks"]:
+                return s
+    raise AssertionError("no tensor segment")
+
+
+def test_huge_chunk_is_refused_before_allocating(small, tmp_path):
+    _, _, data = small
+    head, index = split(data)
+    n = 1 << 40
+    for f in index["files"]:
+        seg = next((s for s in f["segments"] if s["dtype"] == "F32" and s["chunks"]), None)
+        if seg:
+            f["size"] += n * 4 - seg["length"]
+            seg["length"] = n * 4
+            seg["shape"] = [n]
+            seg["chunks"] = [[0, n, seg["chunks"][0][2], seg["chunks"][0][3]]]
+            break
+    path = tmp_path / "huge.brv"
+    path.write_bytes(join(head, index))
+    tracemalloc.start()
+    try:
+        with pytest.raises(FormatError, match="out of bounds"):
+            ArchiveReader(path)
+        for call in (lambda: brevis.verify(path), lambda: brevis.decompress(path, tmp_path / "out"),
+                     lambda: brevis.inspect(path)):
+            with pytest.raises(FormatError):
+                call()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, f"{peak} bytes allocated while refusing the archive"
+    assert not (tmp_path / "out").exists()
+
+
+def test_huge_declared_index_is_refused(small, tmp_path):
+    _, _, data = small
+    footer = Footer.unpack(data[-FOOTER_SIZE:], len(data))
+    for raw in (0, (1 << 30) + 1, 1 << 63):
+        path = tmp_path / "index.brv"
+        bad = Footer(footer.index_offset, footer.index_length, raw, footer.digest)
+        path.write_bytes(data[:-FOOTER_SIZE] + bad.pack())
+        with pytest.raises(FormatError):
+            ArchiveReader(path)
+
+
+def test_footer_that_points_elsewhere(small, tmp_path):
+    _, _, data = small
+    offset, length, raw, digest, magic = FOOTER.unpack(data[-FOOTER_SIZE:])
+    for o, ln in ((0, length), (offset + 1, length), (offset, length + 1), (offset, 1 << 63),
+                  ((1 << 64) - 1, length)):
+        path = tmp_path / "footer.brv"
+        path.write_bytes(data[:-FOOTER_SIZE] + FOOTER.pack(o, ln, raw, digest, magic))
+        with pytest.raises(FormatError):
+            ArchiveReader(path)
+
+
+def edit(fn):
+    """An index edit: fn(index) changes it in place."""
+    return fn
+
+
+def _set(path, value):
+    def fn(index):
+        obj = index
+        for key in path[:-1]:
+            obj = obj[key]
+        obj[path[-1]] = value
+    return fn
+
+
+def _segment(fn):
+    return lambda index: fn(tensor_segment(index))
+
+
+CRAFTED = {
+    "not an object": lambda i: i.clear() or i.update({"files": "x"}),
+    "path with ..": _set(["files", 0, "path"], "../escape.txt"),
+    "absolute path": _set(["files", 0, "path"], "/tmp/escape.txt"),
+    "empty path": _set(["files", 0, "path"], ""),
+    "NUL in path": _set(["files", 0, "path"], "a\x00b"),
+    "empty component": _set(["files", 0, "path"], "a//b"),
+    "dir escapes": _set(["dirs"], ["../up"]),
+    "duplicate path": lambda i: i["files"].append(dict(i["files"][0])),
+    "file under a file": lambda i: i["dirs"].append(i["files"][0]["path"] + "/inside"),
+    "negative size": _set(["files", 0, "size"], -1),
+    "size mismatch": lambda i: i["files"][0].update(size=i["files"][0]["size"] + 1),
+    "size as float": lambda i: i["files"][0].update(size=float(i["files"][0]["size"])),
+    "size as bool": lambda i: i["files"][-1].update(size=True),
+    "unknown dtype": _segment(lambda s: s.update(dtype="F128")),
+    "shape disagrees": _segment(lambda s: s.update(shape=[s["length"]])),
+    "negative dim": _segment(lambda s: s.update(shape=[-1])),
+    "shape of bytes": lambda i: next(s for f in i["files"] for s in f["segments"] if s["dtype"] is None).update(shape=[1]),
+    "chunk names no program": _segment(lambda s: s["chunks"][0].__setitem__(0, 5)),
+    "chunk of zero": _segment(lambda s: s["chunks"][0].__setitem__(1, 0)),
+    "chunk too many streams": _segment(lambda s: s["chunks"][0][2].append([16, 0])),
+    "stream outside region": _segment(lambda s: s["chunks"][0][2].__setitem__(0, [16, 1 << 40])) ,
+    "stream into header": _segment(lambda s: s["chunks"][0][2].__setitem__(0, [0, 4])),
+    "negative stream": _segment(lambda s: s["chunks"][0][2].__setitem__(0, [16, -1])),
+    "bad digest": _segment(lambda s: s["chunks"][0].__setitem__(3, "zz" * 16)),
+    "short digest": _segment(lambda s: s["chunks"][0].__setitem__(3, "00")),
+    "malformed chunk": _segment(lambda s: s["chunks"].__setitem__(0, [0, 1])),
+    "unknown production": _segment(lambda s: s["programs"].__setitem__(0, ["nope", {}])),
+    "self in config": _segment(lambda s: s["programs"].__setitem__(0, ["raw", {"self": 1}])),
+    "ill-typed program": _segment(lambda s: s["programs"].__setitem__(0, ["pack_bits", {}, [["raw", {}]]])),
+    "program as string": _segment(lambda s: s["programs"].__setitem__(0, "raw")),
+    "deep program": _segment(lambda s: s["programs"].__setitem__(0, json.loads(
+        '["byte_planes",{},[' * 40 + '["raw",{}]' + ']]' * 40))),
+    "missing key": lambda i: i.pop("dirs"),
+    "created_by not a string": _set(["created_by"], 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CRAFTED))
+def test_crafted_index_is_refused(small, tmp_path, name):
+    _, _, data = small
+    head, index = split(data)
+    CRAFTED[name](index)
+    path = tmp_path / "crafted.brv"
+    path.write_bytes(join(head, index))
+    with pytest.raises(FormatError):
+        ArchiveReader(path)
+    out = tmp_path / "out"
+    with pytest.raises(FormatError):
+        brevis.decompress(path, out)
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["crafted.brv"]
+
+
+@pytest.mark.parametrize("raw", [
+    b"not json",
+    b"[1, 2",
+    b"[" * 100_000 + b"]" * 100_000,  # nesting deep enough to exhaust the recursion limit
+    b'{"files": [], "dirs": [], "created_by": "\xff"}',  # not ASCII
+    b"null",
+])
+def test_index_that_is_not_valid_json(small, tmp_path, raw):
+    _, _, data = small
+    head, _ = split(data)
+    path = tmp_path / "json.brv"
+    path.write_bytes(join(head, raw))
+    with pytest.raises(FormatError):
+        ArchiveReader(path)
+
+
+def test_index_that_is_not_zstd(small, tmp_path):
+    _, _, data = small
+    head, index = split(data)
+    raw = json.dumps(index).encode()
+    path = tmp_path / "plain.brv"
+    path.write_bytes(head + raw + Footer(len(head), len(raw), len(raw), index_digest(raw)).pack())
+    with pytest.raises(FormatError):
+        ArchiveReader(path)
+
+
+def test_safetensors_with_many_chunks_survives_flips_in_streams(tmp_path):
+    """A larger tensor cut into many chunks: flips inside its streams show in verify."""
+    rng = np.random.default_rng(3)
+    src = tmp_path / "src"
+    src.mkdir()
+    w = (rng.standard_normal(8192) * 0.02).astype(np.float32)
+    write_safetensors(src / "w.safetensors", {"w": ("F32", (8192,), w.tobytes())})
+    archive = tmp_path / "w.brv"
+    brevis.compress([src], archive, threads=1, chunk_bytes=4096)
+    data = archive.read_bytes()
+    with ArchiveReader(archive) as reader:
+        seg = reader.index.files[0].segments[-1]
+        assert len(seg.chunks) >= 8
+        streams = [s for c in seg.chunks for s in c.streams if s[1]]
+    path = tmp_path / "flip.brv"
+    for off, length in streams[:: max(1, len(streams) // 10)]:
+        for pos in (off, off + length // 2, off + length - 1):
+            damaged = bytearray(data)
+            damaged[pos] ^= 0x04
+            path.write_bytes(damaged)
+            report = brevis.verify(path, threads=2)
+            assert not report["ok"]
+            assert len(report["problems"]) == 1
+            assert report["problems"][0]["file"] == "w.safetensors"
