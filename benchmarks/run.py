@@ -29,7 +29,7 @@ if __name__ == "__main__":  # run as a script: import this folder as the package
     sys.path[0] = str(ROOT)
 
 from benchmarks import report  # noqa: E402
-from benchmarks.codecs import ALL, BY_NAME, Codec  # noqa: E402
+from benchmarks.codecs import BY_NAME, Codec  # noqa: E402
 from benchmarks.entropy import file_dtypes, file_entropy  # noqa: E402
 
 DEFAULT_CORPUS = Path.home() / ".cache" / "brevis-corpus"
