@@ -1,0 +1,256 @@
+"""The Python API: naming of sources, odd trees and names, determinism across threads."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import brevis
+from brevis.archive.reader import ArchiveReader
+from brevis.errors import InvalidArgument, OutputExists
+from helpers import small_checkpoint, tree, write_safetensors
+
+
+def names(archive: Path) -> tuple[list[str], list[str]]:
+    with ArchiveReader(archive) as reader:
+        return [f.path for f in reader.index.files], list(reader.index.dirs)
+
+
+def roundtrip(sources, tmp_path: Path, **kw) -> Path:
+    archive = tmp_path / "a.brv"
+    brevis.compress(sources, archive, threads=kw.pop("threads", 1), **kw)
+    out = tmp_path / "restored"
+    brevis.decompress(archive, out, threads=1)
+    return out
+
+
+# ------------------------------------------------------------ naming
+def test_one_folder_is_stored_by_its_contents(tmp_path):
+    src = small_checkpoint(tmp_path / "ckpt")
+    out = roundtrip([src], tmp_path)
+    assert names(tmp_path / "a.brv") == (["config.json", "model.safetensors"], [])
+    assert tree(out) == tree(src)
+
+
+def test_one_file_is_stored_by_its_name(tmp_path):
+    src = small_checkpoint(tmp_path / "ckpt")
+    out = roundtrip([src / "model.safetensors"], tmp_path)
+    assert names(tmp_path / "a.brv") == (["model.safetensors"], [])
+    assert os.listdir(out) == ["model.safetensors"]
+
+
+def test_several_sources_keep_their_names(tmp_path):
+    a = small_checkpoint(tmp_path / "a", seed=1)
+    b = small_checkpoint(tmp_path / "b", seed=2)
+    (b / "sub").mkdir()
+    (b / "sub" / "x.txt").write_text("x")
+    (tmp_path / "loose.bin").write_bytes(b"\x00\x01" * 50)
+    out = roundtrip([a / "model.safetensors", b, tmp_path / "loose.bin"], tmp_path)
+    assert names(tmp_path / "a.brv")[0] == [
+        "model.safetensors", "b/config.json", "b/model.safetensors", "b/sub/x.txt", "loose.bin"]
+    files, _ = tree(out)
+    assert files[b"b/sub/x.txt"] == tree(b)[0][b"sub/x.txt"]
+    assert files[b"model.safetensors"] == tree(a)[0][b"model.safetensors"]
+
+
+def test_dot_and_trailing_slash(tmp_path):
+    src = small_checkpoint(tmp_path / "ckpt")
+    archive = tmp_path / "a.brv"
+    brevis.compress([str(src) + os.sep], archive)
+    assert names(archive)[0] == ["config.json", "model.safetensors"]
+    # Among several sources, "." is named after the folder it is.
+    (tmp_path / "other.txt").write_text("o")
+    cwd = os.getcwd()
+    try:
+        os.chdir(src)
+        brevis.compress([".", "../other.txt"], tmp_path / "b.brv")
+    finally:
+        os.chdir(cwd)
+    assert names(tmp_path / "b.brv")[0] == ["ckpt/config.json", "ckpt/model.safetensors", "other.txt"]
+
+
+def test_two_sources_with_one_name_are_refused(tmp_path):
+    a = small_checkpoint(tmp_path / "a")
+    b = small_checkpoint(tmp_path / "b")
+    with pytest.raises(InvalidArgument, match="config.json"):
+        brevis.compress([a / "config.json", b / "config.json"], tmp_path / "x.brv")
+    assert not (tmp_path / "x.brv").exists()
+
+
+def test_output_inside_source_is_refused(tmp_path):
+    src = small_checkpoint(tmp_path / "ckpt")
+    (src / "old.brv").write_bytes(b"x")
+    with pytest.raises(InvalidArgument):
+        brevis.compress([src], src / "old.brv", force=True)
+    assert (src / "old.brv").read_bytes() == b"x"
+
+
+def test_missing_source_and_existing_output(tmp_path):
+    with pytest.raises(InvalidArgument):
+        brevis.compress([tmp_path / "nope"], tmp_path / "x.brv")
+    with pytest.raises(InvalidArgument):
+        brevis.compress([], tmp_path / "x.brv")
+    (tmp_path / "f").write_text("f")
+    (tmp_path / "x.brv").write_text("keep")
+    with pytest.raises(OutputExists):
+        brevis.compress([tmp_path / "f"], tmp_path / "x.brv")
+    assert (tmp_path / "x.brv").read_text() == "keep"
+
+
+# ------------------------------------------------------------ odd trees
+def test_empty_folders_and_files(tmp_path):
+    src = tmp_path / "src"
+    (src / "empty").mkdir(parents=True)
+    (src / "nested" / "deeper" / "deepest").mkdir(parents=True)
+    (src / "holds_empty_file").mkdir()
+    (src / "holds_empty_file" / "zero.bin").write_bytes(b"")
+    (src / "zero.safetensors").write_bytes(b"")
+    (src / "one.bin").write_bytes(b"\x00")
+    out = roundtrip([src], tmp_path)
+    assert tree(out) == tree(src)
+    assert tree(out)[1] == {b"empty", b"nested/deeper/deepest"}
+    assert (out / "zero.safetensors").stat().st_size == 0
+
+
+def test_empty_folder_alone_and_among_sources(tmp_path):
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    out = roundtrip([empty], tmp_path)
+    assert out.is_dir() and os.listdir(out) == []
+    (tmp_path / "f.txt").write_text("f")
+    archive = tmp_path / "b.brv"
+    brevis.compress([empty, tmp_path / "f.txt"], archive)
+    assert names(archive) == (["f.txt"], ["nothing"])
+    brevis.decompress(archive, tmp_path / "b")
+    assert (tmp_path / "b" / "nothing").is_dir()
+
+
+def test_only_empty_files(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a").write_bytes(b"")
+    (tmp_path / "src" / "b").write_bytes(b"")
+    out = roundtrip([tmp_path / "src"], tmp_path)
+    assert tree(out) == tree(tmp_path / "src")
+    info = brevis.inspect(tmp_path / "a.brv")
+    assert info["original_bytes"] == 0
+
+
+def test_non_utf8_names(tmp_path):
+    src = os.path.join(os.fsencode(tmp_path), b"src")
+    os.makedirs(os.path.join(src, b"dir\xff\xfe"))
+    names_ = [b"caf\xe9.bin", b"dir\xff\xfe/inner\x80.txt", b"ok-\xc3\xa9.json", b"\xed\xa0\x80.bin"]
+    for i, n in enumerate(names_):
+        with open(os.path.join(src, n), "wb") as f:
+            f.write(bytes([i]) * (10 + i))
+    os.makedirs(os.path.join(src, b"empty\xa0"))
+    archive = tmp_path / "a.brv"
+    brevis.compress([os.fsdecode(src)], archive)
+    out = tmp_path / "restored"
+    brevis.decompress(archive, out)
+    assert tree(out) == tree(src)
+    assert brevis.verify(archive, [os.fsdecode(src)])["ok"]
+    stored = names(archive)
+    assert "caf\udce9.bin" in stored[0] and "empty\udca0" in stored[1]
+
+
+def test_links_to_files_are_followed(tmp_path):
+    real = small_checkpoint(tmp_path / "real")
+    src = tmp_path / "src"
+    src.mkdir()
+    os.symlink(real / "model.safetensors", src / "model.safetensors")  # like a Hugging Face cache
+    os.symlink(os.path.relpath(real / "config.json", src), src / "config.json")
+    out = roundtrip([src], tmp_path)
+    assert tree(out) == tree(real)
+    assert not (out / "model.safetensors").is_symlink()
+    # A link given as the source itself is followed too.
+    archive = tmp_path / "link.brv"
+    brevis.compress([src / "config.json"], archive)
+    assert names(archive)[0] == ["config.json"]
+
+
+def test_links_to_folders_and_broken_links_are_refused(tmp_path):
+    real = small_checkpoint(tmp_path / "real")
+    src = tmp_path / "src"
+    src.mkdir()
+    os.symlink(real, src / "linked")
+    with pytest.raises(InvalidArgument, match="folder"):
+        brevis.compress([src], tmp_path / "a.brv")
+    os.unlink(src / "linked")
+    os.symlink(tmp_path / "missing", src / "broken")
+    with pytest.raises(InvalidArgument):
+        brevis.compress([src], tmp_path / "a.brv")
+    assert not (tmp_path / "a.brv").exists()
+
+
+# ------------------------------------------------------------ determinism
+@pytest.fixture(scope="module")
+def bigger(tmp_path_factory) -> Path:
+    """Several files, tensors of several dtypes, many chunks each."""
+    root = tmp_path_factory.mktemp("threads") / "src"
+    small_checkpoint(root, elements=8192)
+    rng = np.random.default_rng(5)
+    write_safetensors(root / "more.safetensors", {
+        "a": ("F16", (4096,), (rng.standard_normal(4096) * 0.1).astype(np.float16).tobytes()),
+        "b": ("I32", (2048,), rng.integers(-50, 50, 2048).astype(np.int32).tobytes()),
+        "c": ("F32", (64, 64), np.tile(rng.standard_normal(64).astype(np.float32), 64).tobytes()),
+    })
+    (root / "sub").mkdir()
+    (root / "sub" / "blob.bin").write_bytes(rng.integers(0, 4, 30000).astype(np.uint8).tobytes())
+    return root
+
+
+def test_threads_give_identical_archives(bigger, tmp_path):
+    archives = []
+    for threads in (1, 2, 3):
+        out = tmp_path / f"t{threads}.brv"
+        brevis.compress([bigger], out, threads=threads, chunk_bytes=4096)
+        archives.append(out.read_bytes())
+    assert archives[0] == archives[1] == archives[2]
+    with ArchiveReader(tmp_path / "t1.brv") as reader:
+        assert max(len(s.chunks) for f in reader.index.files for s in f.segments) > 4
+
+
+def test_threads_give_identical_archives_default_chunks(bigger, tmp_path):
+    brevis.compress([bigger], tmp_path / "a.brv", threads=1)
+    brevis.compress([bigger], tmp_path / "b.brv", threads=2)
+    assert (tmp_path / "a.brv").read_bytes() == (tmp_path / "b.brv").read_bytes()
+
+
+def test_decompress_and_verify_with_threads(bigger, tmp_path):
+    archive = tmp_path / "a.brv"
+    brevis.compress([bigger], archive, threads=2, chunk_bytes=4096)
+    for threads in (1, 2, 4):
+        out = tmp_path / f"out{threads}"
+        brevis.decompress(archive, out, threads=threads)
+        assert tree(out) == tree(bigger)
+        report = brevis.verify(archive, [bigger], threads=threads)
+        assert report["ok"], report["problems"]
+
+
+def test_summary_and_inspect(bigger, tmp_path):
+    archive = tmp_path / "a.brv"
+    s = brevis.compress([bigger], archive, threads=1)
+    assert s["files"] == 4
+    assert s["archive_bytes"] == archive.stat().st_size
+    assert s["original_bytes"] == sum(p.stat().st_size for p in bigger.rglob("*") if p.is_file())
+    info = brevis.inspect(archive)
+    assert info["original_bytes"] == s["original_bytes"]
+    assert sum(f["original_bytes"] for f in info["files"]) == s["original_bytes"]
+    for f in info["files"]:
+        assert sum(seg["original_bytes"] for seg in f["segments"]) == f["original_bytes"]
+
+
+def test_verify_reports_missing_and_extra_source_files(bigger, tmp_path):
+    archive = tmp_path / "a.brv"
+    brevis.compress([bigger], archive, threads=1)
+    src = tmp_path / "src"
+    shutil.copytree(bigger, src)
+    (src / "config.json").unlink()
+    (src / "extra.txt").write_text("new")
+    report = brevis.verify(archive, [src])
+    assert not report["ok"]
+    assert {p["file"] for p in report["problems"]} == {"config.json", "extra.txt"}
