@@ -15,6 +15,7 @@ import pytest
 
 import brevis
 from brevis.archive.reader import ArchiveReader
+from brevis.dtypes import DTYPES
 from helpers import sha256_file, tree
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
@@ -95,7 +96,7 @@ def test_v1_covers_every_dtype_and_edge_case():
     assert files["empty.bin"].size == 0
     segments = {s.name: s for s in files["model.safetensors"].segments}
     dtypes = {s.dtype.name for s in segments.values() if s.dtype}
-    assert dtypes == set(brevis.dtypes.DTYPES)
+    assert dtypes == set(DTYPES)
     assert segments["empty"].length == 0 and segments["empty"].shape == (0, 8)
     assert segments["scalar"].shape == ()
     assert any(len(s.chunks) > 1 for s in segments.values())
