@@ -17,6 +17,7 @@ import hashlib
 import os
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -145,6 +146,7 @@ class ChunkResult:
     key: bytes  # full SHA-256 of the original bytes, with the value type
     program: Program | None  # None: a duplicate of an earlier chunk, not encoded
     streams: list[bytes]
+    crcs: list[int] = field(default_factory=list)  # CRC-32 of each stream
 
 
 class Deduplicator:
@@ -203,7 +205,7 @@ def encode_chunk(job: ChunkJob, dedup: Deduplicator) -> ChunkResult:
     program, streams = encode_repairing(ps.plan.program, x, t)
     if sum(map(len, streams)) > len(data):  # never larger than the data itself
         program, streams = PLAIN, [data]
-    return ChunkResult(job, key, program, streams)
+    return ChunkResult(job, key, program, streams, [zlib.crc32(s) for s in streams])
 
 
 def _learn(planner: Planner, scanned: list[ScannedFile], pool: Pool, chunk_bytes: int) -> Prior:
@@ -330,7 +332,7 @@ def _write_chunk(result: ChunkResult, writer: ArchiveWriter, dedup: Deduplicator
         program, located = dedup.written[result.key]
     else:
         program = result.program
-        located = [writer.write_stream(s) for s in result.streams]
+        located = [writer.write_stream(s, c) for s, c in zip(result.streams, result.crcs)]
         dedup.written[result.key] = (program, located)
     if program not in entry.programs:
         entry.programs.append(program)

@@ -137,7 +137,7 @@ def corrupt_stream(archive: Path, name: str, out: Path) -> None:
     """Copy the archive with one byte flipped in the middle of a stream of file `name`."""
     with ArchiveReader(archive) as reader:
         entry = next(f for f in reader.index.files if f.path == name)
-        off, length = max((s for seg in entry.segments for c in seg.chunks for s in c.streams),
+        off, length, _ = max((s for seg in entry.segments for c in seg.chunks for s in c.streams),
                           key=lambda s: s[1])
     data = bytearray(archive.read_bytes())
     data[off + length // 2] ^= 0x01
@@ -287,10 +287,10 @@ def test_compress_failing_midway_leaves_nothing(ckpt, tmp_path, monkeypatch, cap
     out_dir.mkdir()
     original = writer_module.ArchiveWriter.write_stream
 
-    def vanish(self, data):
+    def vanish(self, data, crc):
         for p in list(src.iterdir()):
             p.unlink()
-        return original(self, data)
+        return original(self, data, crc)
 
     monkeypatch.setattr(writer_module.ArchiveWriter, "write_stream", vanish)
     code, _, err = run_main(["compress", src, "-o", out_dir / "x.brv", "-j", "1", "-q"], capsys)
@@ -317,11 +317,11 @@ def test_compress_disk_full_leaves_nothing(ckpt, tmp_path, monkeypatch, capsys):
         def __getattr__(self, name):
             return getattr(self.f, name)
 
-    def full(self, data):
+    def full(self, data, crc):
         calls[0] += 1
         if not isinstance(self.file, Full):
             self.file = Full(self.file)
-        return original(self, data)
+        return original(self, data, crc)
 
     monkeypatch.setattr(writer_module.ArchiveWriter, "write_stream", full)
     code, _, err = run_main(["compress", ckpt, "-o", out_dir / "x.brv", "-j", "2", "-q"], capsys)

@@ -27,12 +27,12 @@ DIGEST_BYTES = 16
 class Chunk:
     program: int  # index into the segment's programs
     n: int  # elements
-    streams: list[tuple[int, int]]  # (offset, length) in the archive
+    streams: list[tuple[int, int, int]]  # (offset, length, CRC-32 of the stored bytes)
     digest: bytes  # first 16 bytes of the SHA-256 of the original bytes
 
     @property
     def stored(self) -> int:
-        return sum(length for _, length in self.streams)
+        return sum(s[1] for s in self.streams)
 
 
 @dataclass
@@ -224,12 +224,14 @@ class _Validator:
                 self.fail(f"{where} {name!r}: chunk has the wrong number of streams")
             located = []
             for s in streams:
-                if not (isinstance(s, list) and len(s) == 2 and all(_is_int(x) for x in s)):
+                if not (isinstance(s, list) and len(s) == 3 and all(_is_int(x) for x in s)):
                     self.fail(f"{where} {name!r}: malformed stream location")
-                off, ln = s
+                off, ln, crc = s
                 if not (self.start <= off and ln >= 0 and off + ln <= self.end):
                     self.fail(f"{where} {name!r}: stream lies outside the stream region")
-                located.append((off, ln))
+                if not 0 <= crc < 1 << 32:
+                    self.fail(f"{where} {name!r}: malformed stream checksum")
+                located.append((off, ln, crc))
             try:
                 raw_digest = bytes.fromhex(digest) if isinstance(digest, str) else b""
             except ValueError:

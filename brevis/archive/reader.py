@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -81,7 +82,12 @@ class ArchiveReader:
 
     def decode_chunk(self, seg: SegmentEntry, chunk: Chunk) -> np.ndarray:
         """The original bytes of one chunk (uint8), checked against its digest."""
-        streams = [memoryview(self.read(off, length)) for off, length in chunk.streams]
+        streams = []
+        for k, (off, length, crc) in enumerate(chunk.streams):
+            data = self.read(off, length)
+            if zlib.crc32(data) != crc:
+                raise ChecksumError(f"segment {seg.name!r}: stream {k} at offset {off} is damaged")
+            streams.append(memoryview(data))
         try:
             values = decode(seg.programs[chunk.program], seg.value_type, chunk.n, streams)
         except BrevisError:

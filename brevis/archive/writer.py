@@ -52,8 +52,9 @@ class ArchiveWriter:
             raise io_failure(e, f"cannot write {self.path}") from None
         self.offset += len(data)
 
-    def write_stream(self, data: bytes) -> tuple[int, int]:
-        where = (self.offset, len(data))
+    def write_stream(self, data: bytes, crc: int) -> tuple[int, int, int]:
+        """Append a stream; its location and the CRC-32 of its bytes."""
+        where = (self.offset, len(data), crc)
         self._write(data)
         return where
 
@@ -68,6 +69,10 @@ class ArchiveWriter:
             self.file.flush()
             os.fsync(self.file.fileno())
             self.file.close()
+            # mkstemp made it private; an archive gets the usual permissions.
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(self.tmp, 0o666 & ~umask)
             os.replace(self.tmp, self.path)
         except OSError as e:
             raise io_failure(e, f"cannot write {self.path}") from None

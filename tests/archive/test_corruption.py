@@ -93,20 +93,17 @@ def zstd_streams(archive: Path) -> list[tuple[int, int]]:
             for seg in f.segments:
                 for c in seg.chunks:
                     leaves = seg.programs[c.program].leaves()
-                    out += [s for s, leaf in zip(c.streams, leaves) if leaf.id == "zstd"]
+                    out += [(o, ln) for (o, ln, _), leaf in zip(c.streams, leaves) if leaf.id == "zstd"]
     return out
 
 
 def test_every_bit_flip_is_detected(small, tmp_path):
-    """Flip one bit at every offset: verify must raise or report, or decode exactly.
+    """Flip one bit at every offset: verify must raise or report a problem.
 
-    Every byte of an archive is covered by a check (header fields, stream
-    contents through the chunk digests, index digest, footer), so outside
-    zstd frames every flip must be detected. Inside a zstd frame a few bits
-    are padding the decoder never reads (e.g. after an FSE table
-    description); a flip there decodes to the same bytes, which the chunk
-    digests (of original bytes) cannot see; such flips are allowed only if
-    decompressing still gives exactly the original files.
+    Every byte of an archive is covered by a check: header fields, the CRC-32
+    of every stored stream (which also covers bits a zstd decoder never
+    reads, such as padding after an FSE table description), the chunk
+    digests of the original bytes, the index digest and the footer.
     """
     src, archive, data = small
     path = tmp_path / "flip.brv"
@@ -117,16 +114,7 @@ def test_every_bit_flip_is_detected(small, tmp_path):
         path.write_bytes(damaged)
         if outcome(path, src) == "ok":
             undetected.append(offset)
-    zstd = zstd_streams(archive)
-    for offset in undetected:
-        damaged = bytearray(data)
-        damaged[offset] ^= 1 << (offset * 5 % 8)
-        path.write_bytes(damaged)
-        out = tmp_path / f"out{offset}"
-        brevis.decompress(path, out, threads=1)
-        assert tree(out) == tree(src), f"flip at {offset} changed the output and verify said ok"
-        assert any(o <= offset < o + ln for o, ln in zstd), f"flip at {offset} (not in a zstd frame) undetected"
-    assert len(undetected) <= len(data) // 100, f"bit flips not detected at offsets {undetected}"
+    assert undetected == [], f"bit flips not detected at offsets {undetected}"
 
 
 def test_zstd_frame_header_flips_are_detected(small, tmp_path):
@@ -161,7 +149,7 @@ def test_random_overwrites_are_detected(small, tmp_path):
 def test_damaged_archive_decompresses_to_nothing(small, tmp_path):
     src, _, data = small
     with ArchiveReader(small[1]) as reader:
-        off, length = max((s for f in reader.index.files for seg in f.segments for c in seg.chunks
+        off, length, _ = max((s for f in reader.index.files for seg in f.segments for c in seg.chunks
                            for s in c.streams), key=lambda s: s[1])
     damaged = bytearray(data)
     damaged[off + length // 2] ^= 0x10
@@ -434,7 +422,7 @@ def test_safetensors_with_many_chunks_survives_flips_in_streams(tmp_path):
         assert len(seg.chunks) >= 8
         streams = [s for c in seg.chunks for s in c.streams if s[1]]
     path = tmp_path / "flip.brv"
-    for off, length in streams[:: max(1, len(streams) // 10)]:
+    for off, length, _ in streams[:: max(1, len(streams) // 10)]:
         for pos in (off, off + length // 2, off + length - 1):
             damaged = bytearray(data)
             damaged[pos] ^= 0x04
