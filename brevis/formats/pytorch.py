@@ -133,6 +133,7 @@ class _Walk:
     storages: dict[str, _StorageRef] = field(default_factory=dict)
     conflicts: set[str] = field(default_factory=set)
     views: dict[str, list[tuple]] = field(default_factory=dict)  # key -> [(offset, size, stride)]
+    names: dict[str, str] = field(default_factory=dict)  # storage key -> first state-dict key naming it
     result: object = OPAQUE
     end: int = 0  # offset just after STOP
 
@@ -226,7 +227,16 @@ def _walk(data: bytes, start: int = 0) -> _Walk:
         elif name == "REDUCE":
             args, fn = pop(), pop()
             if isinstance(fn, _Global) and fn.name in _REBUILDERS:
-                _rebuilt(w, args)
+                stack.append(_rebuilt(w, args))
+            else:
+                stack.append(OPAQUE)
+        elif name in ("SETITEM", "SETITEMS"):
+            # dict[key] = tensor: the key names the tensor's storage.
+            items = [pop(), pop()][::-1] if name == "SETITEM" else pop_mark()
+            pop()  # the dict
+            for key, value in zip(items[::2], items[1::2]):
+                if isinstance(key, str) and isinstance(value, _TensorRef):
+                    w.names.setdefault(value.key, key)
             stack.append(OPAQUE)
         elif name == "STOP":
             w.result = pop()
@@ -256,12 +266,18 @@ def _persistent(w: _Walk, pid) -> object:
     return OPAQUE
 
 
-def _rebuilt(w: _Walk, args) -> None:
+@dataclass(frozen=True)
+class _TensorRef:
+    key: str  # the storage it views
+
+
+def _rebuilt(w: _Walk, args) -> object:
     # _rebuild_tensor_v2(storage, storage_offset, size, stride, ...)
     if not (isinstance(args, tuple) and len(args) >= 4 and isinstance(args[0], _StorageRef)):
-        return
+        return OPAQUE
     ref, offset, size, stride = args[:4]
     w.views.setdefault(ref.key, []).append((offset, size, stride))
+    return _TensorRef(ref.key)
 
 
 def _is_int(x) -> bool:
@@ -290,6 +306,7 @@ def _segment(w: _Walk, key: str, offset: int, length: int, name: str, big_endian
     """A storage's bytes, typed if its class, count and length agree."""
     ref = w.storages.get(key)
     dtype = storage_dtype(ref.cls) if ref and key not in w.conflicts else None
+    name = w.names.get(key, name)  # the state-dict key, where the pickle gives one
     if dtype is None or (big_endian and dtype.itemsize > 1) or length % dtype.itemsize:
         return Segment(offset, length, name)
     numel = length // dtype.itemsize
@@ -496,6 +513,7 @@ def _parse_legacy(f: BinaryIO, size: int) -> list[Segment]:
         if numel != ref.numel or pos + 8 + numel * dtype.itemsize > size:
             raise ParseError(f"legacy storage {key!r} disagrees with its pickle")
         length = numel * dtype.itemsize
-        tensors.append(Segment(pos + 8, length, f"storage/{key}", dtype, _shape(main, ref, numel)))
+        name = main.names.get(key, f"storage/{key}")
+        tensors.append(Segment(pos + 8, length, name, dtype, _shape(main, ref, numel)))
         pos += 8 + length
     return fill_gaps([t for t in tensors if t.length >= MIN_TENSOR_BYTES], 0, size)
