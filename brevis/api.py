@@ -4,6 +4,8 @@
     brevis.decompress("out.brv", "ckpt-copy/")
     brevis.verify("out.brv", sources=["ckpt/"])["ok"]
     brevis.inspect("out.brv")
+    with brevis.open("out.brv") as ckpt: ckpt["w"]   # one tensor, decoded alone
+    brevis.ls("out.brv"); brevis.extract("out.brv", ["w"], "w.safetensors")
 
 Every failure raises a BrevisError.
 """
@@ -13,11 +15,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .access import Archive, extract, ls, open_archive
 from .archive.reader import ArchiveReader
 from .decoder import decompress, verify
 from .encoder import compress
 
-__all__ = ["compress", "decompress", "verify", "inspect", "explain", "learn_prior"]
+__all__ = ["compress", "decompress", "verify", "inspect", "explain", "learn_prior",
+           "Archive", "open_archive", "ls", "extract"]
 
 
 def inspect(archive: str | os.PathLike) -> dict:

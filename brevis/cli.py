@@ -189,6 +189,37 @@ def inspect(archive, as_json):
                            f" -> actual {s['stored_bytes']} bytes")
 
 
+@cli.command("ls")
+@click.argument("archive", type=click.Path(path_type=str))
+@json_option
+def ls_command(archive, as_json):
+    """List files and tensors from the index alone (decodes nothing)."""
+    r = api.ls(archive)
+    if as_json:
+        click.echo(json.dumps(r, indent=1))
+        return
+    for f in r["files"]:
+        tensors = f"  {len(f['tensors'])} tensors" if f["tensors"] else ""
+        click.echo(f"{f['path']}  [{f['format']}]  {f['size']} bytes{tensors}")
+        for t in f["tensors"]:
+            click.echo(f"  {t['key']}  {t['dtype']}[{'x'.join(map(str, t['shape']))}]  {t['bytes']}")
+
+
+@cli.command()
+@click.argument("archive", type=click.Path(path_type=str))
+@click.argument("names", nargs=-1, required=True)
+@click.option("-o", "--output", required=True, type=click.Path(path_type=str),
+              help="safetensors file to write.")
+@click.option("-f", "--force", is_flag=True, help="Overwrite an existing file.")
+@threads_option
+@quiet_option
+@json_option
+def extract(archive, names, output, force, threads, quiet, as_json):
+    """Write the named tensors to a safetensors file, bit for bit (names: brevis ls)."""
+    s = api.extract(archive, names, output, force=force, threads=threads or default_threads())
+    _emit(as_json, quiet, s, f"{output}: {len(s['tensors'])} tensors, {_size(s['bytes'])} in {s['seconds']:.1f} s")
+
+
 def _terminate(signum, frame):
     # Unwind like Ctrl-C so temporary files are removed on the way out.
     raise KeyboardInterrupt
