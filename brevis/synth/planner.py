@@ -33,6 +33,7 @@ FALLBACK = Program.leaf(Zstd.entropy())  # always applies
 PLAIN = Program.leaf(Raw())  # never larger than the data
 TINY = 256  # bytes: too small for a search to pay; raw or zstd, measured
 REUSE_TOLERANCE = 1.02  # a sibling's program is kept if within 2 % of its cost on the sibling
+BYTES_PER_EXPANSION = 1024  # small segments get small search budgets
 ENTROPY_SLACK = 1.05  # ... and within 5 % of this segment's own order-0 entropy estimate
 
 
@@ -199,7 +200,9 @@ class Planner:
             reused = self._try_reuse(family, root, seg, scale)
             if reused is not None:
                 return reused
-        budget = Budget(self.effort.expansions, self.effort.seconds)
+        # What a search can win is proportional to the bytes at stake.
+        expansions = min(self.effort.expansions, max(32, seg.length // BYTES_PER_EXPANSION))
+        budget = Budget(expansions, self.effort.seconds)
         try:
             result = search(root, self.prior, seg.role, scale, seg.chunks, budget)
         finally:
