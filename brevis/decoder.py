@@ -2,21 +2,22 @@
 
 Files are rebuilt in a staging folder beside the output and moved into
 place only when every file decoded and matched its checksums, so a failure
-leaves no partial output.
+leaves no partial output. The staging folder (`.NAME.XXXXXXXX.partial`) is
+locked while in use; one left by a killed run is removed by the next run
+for the same output (see archive/writer.py).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Iterator
 
 from .archive.index import FileEntry
 from .archive.reader import ArchiveReader
-from .archive.writer import io_failure
+from .archive.writer import io_failure, make_temp, remove_stale
 from .errors import BrevisError, InvalidArgument, IOFailure, OutputExists
 from .parallel import Pool
 from .sources import collect
@@ -54,8 +55,13 @@ def decompress(archive, output=None, *, threads: int = 1, force: bool = False,
         free = shutil.disk_usage(parent).free
         if index.original_bytes > free:
             raise IOFailure(f"{out}: needs {index.original_bytes} bytes, {free} free on disk")
-        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=parent))
+        started = time.time_ns()
         try:
+            stage, lock = make_temp(parent, out.name, folder=True)
+        except OSError as e:
+            raise io_failure(e, f"cannot write {out}") from None
+        try:
+            remove_stale(parent, out.name, started)
             with Pool(threads) as pool:
                 for entry in index.files:
                     target = stage / entry.path
@@ -73,6 +79,7 @@ def decompress(archive, output=None, *, threads: int = 1, force: bool = False,
             _move_into_place(stage, out, index)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
+            os.close(lock)
     seconds = time.perf_counter() - start
     return {"archive": str(archive), "output": str(out), "files": len(index.files),
             "bytes": index.original_bytes, "seconds": seconds}

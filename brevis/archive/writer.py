@@ -3,14 +3,25 @@
 Everything goes to a temporary file beside the output, renamed into place
 only once complete, so a failed or interrupted run leaves nothing at the
 output path.
+
+Temporaries are named `.NAME.XXXXXXXX.partial` and locked (flock) by the
+run that writes them. A run killed outright (SIGKILL, power loss) cannot
+remove its own; the next run for the same output removes those that are
+older than itself and that no live process holds locked (the lock dies
+with its process). Decompression stages its folder the same way.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
+import re
+import shutil
+import stat
 import tempfile
+import time
 from pathlib import Path
 
 import zstandard
@@ -25,6 +36,86 @@ def io_failure(e: OSError, what: str) -> IOFailure:
     return IOFailure(f"{what}: {reason}")
 
 
+TEMP_SUFFIX = ".partial"
+# ".NAME." + 8 random characters + ".partial" must fit in a 255-byte file name.
+_TEMP_NAME_BYTES = 255 - 1 - 1 - 8 - len(TEMP_SUFFIX)
+
+
+def temp_prefix(name: str) -> str:
+    """".NAME." for the temporaries of NAME, cut to keep the whole name short enough."""
+    return "." + os.fsdecode(os.fsencode(name)[:_TEMP_NAME_BYTES]) + "."
+
+
+def lock_temp(fd: int, path: Path) -> bool:
+    """Lock a temporary just created; False if a cleaner removed it first (make another).
+
+    Where the filesystem has no flock, the temporary stays unlocked, and
+    remove_stale leaves it alone for the same reason.
+    """
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        return True
+    try:
+        return os.lstat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def make_temp(parent: Path, name: str, folder: bool = False) -> tuple[Path, int]:
+    """A locked temporary file (or folder) for NAME in parent: (path, fd holding the lock)."""
+    prefix = temp_prefix(name)
+    while True:
+        if folder:
+            path = Path(tempfile.mkdtemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=parent))
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        else:
+            fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=parent)
+            path = Path(tmp)
+        if lock_temp(fd, path):
+            return path, fd
+        os.close(fd)
+
+
+def remove_stale(parent: Path, name: str, before_ns: int) -> list[Path]:
+    """Remove the temporaries of earlier runs for NAME in parent: entries named
+    like ours, last changed before `before_ns`, that no live process holds
+    locked. Best effort: anything unclear is left alone."""
+    pattern = re.compile(re.escape(os.fsencode(temp_prefix(name))) + rb"[a-z0-9_]{8}"
+                         + re.escape(TEMP_SUFFIX.encode()))
+    removed = []
+    try:
+        entries = os.listdir(os.fsencode(parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not pattern.fullmatch(entry):
+            continue
+        path = os.path.join(os.fsencode(parent), entry)
+        try:
+            st = os.lstat(path)
+            folder = stat.S_ISDIR(st.st_mode)
+            if st.st_mtime_ns >= before_ns or not (folder or stat.S_ISREG(st.st_mode)):
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | (os.O_DIRECTORY if folder else 0))
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while its run is alive
+            if os.lstat(path).st_ino != st.st_ino:
+                continue
+            if folder:
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+            removed.append(Path(os.fsdecode(path)))
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return removed
+
+
 class ArchiveWriter:
     def __init__(self, path: Path, force: bool = False):
         self.path = Path(path)
@@ -35,14 +126,19 @@ class ArchiveWriter:
         parent = self.path.parent if str(self.path.parent) else Path(".")
         if not parent.is_dir():
             raise IOFailure(f"cannot write {self.path}: folder {parent} does not exist")
+        started = time.time_ns()
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".partial", dir=parent)
+            self.tmp, fd = make_temp(parent, self.path.name)
         except OSError as e:
             raise io_failure(e, f"cannot write {self.path}") from None
-        self.tmp = Path(tmp)
-        self.file = os.fdopen(fd, "wb")
+        self.file = os.fdopen(fd, "wb")  # closing it releases the lock
         self.offset = 0
-        self._write(pack_header())
+        try:
+            remove_stale(parent, self.path.name, started)
+            self._write(pack_header())
+        except BaseException:
+            self.abort()
+            raise
         assert self.offset == HEADER_SIZE
 
     def _write(self, data: bytes | memoryview) -> None:
@@ -68,12 +164,13 @@ class ArchiveWriter:
         try:
             self.file.flush()
             os.fsync(self.file.fileno())
-            self.file.close()
             # mkstemp made it private; an archive gets the usual permissions.
             umask = os.umask(0)
             os.umask(umask)
-            os.chmod(self.tmp, 0o666 & ~umask)
+            os.fchmod(self.file.fileno(), 0o666 & ~umask)
+            # Renamed while still open: the lock keeps other runs' cleanup off it.
             os.replace(self.tmp, self.path)
+            self.file.close()
         except OSError as e:
             raise io_failure(e, f"cannot write {self.path}") from None
         return self.offset
