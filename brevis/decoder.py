@@ -52,7 +52,10 @@ def decompress(archive, output=None, *, threads: int = 1, force: bool = False,
         parent = out.absolute().parent
         if not parent.is_dir():
             raise InvalidArgument(f"cannot write {out}: folder {parent} does not exist")
-        free = shutil.disk_usage(parent).free
+        try:
+            free = shutil.disk_usage(parent).free
+        except OSError as e:
+            raise io_failure(e, f"cannot write {out}") from None
         if index.original_bytes > free:
             raise IOFailure(f"{out}: needs {index.original_bytes} bytes, {free} free on disk")
         started = time.time_ns()
@@ -65,8 +68,8 @@ def decompress(archive, output=None, *, threads: int = 1, force: bool = False,
             with Pool(threads) as pool:
                 for entry in index.files:
                     target = stage / entry.path
-                    target.parent.mkdir(parents=True, exist_ok=True)
                     try:
+                        target.parent.mkdir(parents=True, exist_ok=True)
                         with open(target, "wb") as f:
                             for data in file_chunks(reader, entry, pool):
                                 f.write(data)
@@ -75,7 +78,10 @@ def decompress(archive, output=None, *, threads: int = 1, force: bool = False,
                     except OSError as e:
                         raise io_failure(e, f"cannot write {out / entry.path}") from None
             for d in index.dirs:
-                (stage / d).mkdir(parents=True, exist_ok=True)
+                try:
+                    (stage / d).mkdir(parents=True, exist_ok=True)
+                except OSError as e:
+                    raise io_failure(e, f"cannot write {out / d}") from None
             _move_into_place(stage, out, index)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
