@@ -52,6 +52,9 @@ def decompress(archive, output=None, *, threads: int = 1, force: bool = False,
         parent = out.absolute().parent
         if not parent.is_dir():
             raise InvalidArgument(f"cannot write {out}: folder {parent} does not exist")
+        if out.is_dir():
+            # Refuse links that lead outside before spending any time decoding.
+            _check_inside(out, index)
         try:
             free = shutil.disk_usage(parent).free
         except OSError as e:
@@ -91,21 +94,42 @@ def decompress(archive, output=None, *, threads: int = 1, force: bool = False,
             "bytes": index.original_bytes, "seconds": seconds}
 
 
+def _check_inside(out: Path, index) -> None:
+    """Refuse an archive whose files or folders would land outside `out`
+    through a link already in it, or under something that is not a folder.
+    Checked before anything is created in `out`."""
+    root = out.resolve()
+    checked: set[str] = set()
+    wanted = [(f.path, f.path.split("/")[:-1]) for f in index.files] + [(d, d.split("/")) for d in index.dirs]
+    for path, folders in wanted:
+        here = out
+        for i, part in enumerate(folders):
+            here = here / part
+            key = "/".join(folders[: i + 1])
+            if key in checked:
+                continue
+            checked.add(key)
+            if here.is_symlink():
+                if not here.resolve().is_relative_to(root):
+                    raise InvalidArgument(f"{out / path} would be written outside {out} (through the link {here})")
+            elif os.path.lexists(here) and not here.is_dir():
+                raise OutputExists(f"{here} exists and is not a folder (needed for {out / path})")
+            elif not os.path.lexists(here):
+                break  # created by us below: nothing under it can be a link
+
+
 def _move_into_place(stage: Path, out: Path, index) -> None:
     try:
-        if not out.exists():
+        if not os.path.lexists(out):
             os.rename(stage, out)
             return
-        root = out.resolve()
+        _check_inside(out, index)
         for entry in index.files:
             target = out / entry.path
             target.parent.mkdir(parents=True, exist_ok=True)
-            # A link already in the output folder must not carry a file outside it.
-            if not target.parent.resolve().is_relative_to(root):
-                raise InvalidArgument(f"{target} would be written outside {out} (through a link)")
-            if target.is_dir():
+            if target.is_dir() and not target.is_symlink():
                 raise OutputExists(f"{target} is a folder")
-            os.replace(stage / entry.path, target)
+            os.replace(stage / entry.path, target)  # replaces a link itself, never writes through it
         for d in index.dirs:
             (out / d).mkdir(parents=True, exist_ok=True)
     except OSError as e:
