@@ -9,6 +9,7 @@ for the same output (see archive/writer.py).
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import time
@@ -55,19 +56,20 @@ def decompress(archive, output=None, *, threads: int = 1, force: bool = False,
         if out.is_dir():
             # Refuse links that lead outside before spending any time decoding.
             _check_inside(out, index)
+        where = _stage_parent(out, parent)
         try:
-            free = shutil.disk_usage(parent).free
+            free = shutil.disk_usage(where).free
         except OSError as e:
             raise io_failure(e, f"cannot write {out}") from None
         if index.original_bytes > free:
             raise IOFailure(f"{out}: needs {index.original_bytes} bytes, {free} free on disk")
         started = time.time_ns()
         try:
-            stage, lock = make_temp(parent, out.name, folder=True)
+            stage, lock = make_temp(where, out.name, folder=True)
         except OSError as e:
             raise io_failure(e, f"cannot write {out}") from None
         try:
-            remove_stale(parent, out.name, started)
+            remove_stale(where, out.name, started)
             with Pool(threads) as pool:
                 for entry in index.files:
                     target = stage / entry.path
@@ -85,13 +87,25 @@ def decompress(archive, output=None, *, threads: int = 1, force: bool = False,
                     (stage / d).mkdir(parents=True, exist_ok=True)
                 except OSError as e:
                     raise io_failure(e, f"cannot write {out / d}") from None
-            _move_into_place(stage, out, index)
+            _move_into_place(stage, out, index, force)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
             os.close(lock)
     seconds = time.perf_counter() - start
     return {"archive": str(archive), "output": str(out), "files": len(index.files),
             "bytes": index.original_bytes, "seconds": seconds}
+
+
+def _stage_parent(out: Path, parent: Path) -> Path:
+    """Where to stage: beside the output, or inside an existing output folder
+    that is on another filesystem than its parent (a mount point, a link to
+    another disk), so every file can be renamed into place."""
+    try:
+        if out.is_dir() and os.stat(out).st_dev != os.stat(parent).st_dev:
+            return out
+    except OSError:
+        pass
+    return parent
 
 
 def _check_inside(out: Path, index) -> None:
@@ -118,17 +132,24 @@ def _check_inside(out: Path, index) -> None:
                 break  # created by us below: nothing under it can be a link
 
 
-def _move_into_place(stage: Path, out: Path, index) -> None:
+def _move_into_place(stage: Path, out: Path, index, force: bool) -> None:
     try:
         if not os.path.lexists(out):
-            os.rename(stage, out)
-            return
+            try:
+                os.rename(stage, out)
+                return
+            except OSError as e:
+                if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+                # Another process created the folder meanwhile: merge as below.
         _check_inside(out, index)
         for entry in index.files:
             target = out / entry.path
             target.parent.mkdir(parents=True, exist_ok=True)
             if target.is_dir() and not target.is_symlink():
                 raise OutputExists(f"{target} is a folder")
+            if not force and os.path.lexists(target):
+                raise OutputExists(f"{target} exists (use --force to overwrite)")
             os.replace(stage / entry.path, target)  # replaces a link itself, never writes through it
         for d in index.dirs:
             (out / d).mkdir(parents=True, exist_ok=True)
