@@ -9,7 +9,9 @@ links to folders are not, so a walk cannot loop. Empty folders are kept.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,12 +39,33 @@ def _walk(root: Path, prefix: str) -> tuple[list[Source], list[str]]:
                 files.append(Source(f"{base}/{name}" if base else name, path))
                 kept += 1
             elif path.is_symlink() and path.is_dir():
-                raise InvalidArgument(f"{path} is a link to a folder; pass the folder itself")
+                target = path.resolve()
+                if target == root.resolve() or target.is_relative_to(root.resolve()):
+                    raise InvalidArgument(f"{path} is a link to a folder inside the source ({target}); "
+                                          "links to folders are not followed: remove the link")
+                raise InvalidArgument(f"{path} is a link to a folder; links to folders are not "
+                                      f"followed: pass {target} as a source of its own")
             else:
-                raise InvalidArgument(f"{path} is not a regular file (broken link, socket or device)")
+                raise InvalidArgument(f"{path} {_not_regular(path)}; only regular files are archived")
         if not kept and not subdirs and base:
             dirs.append(base)
     return files, dirs
+
+
+def _not_regular(path: Path) -> str:
+    """What a path that is neither a regular file nor a folder is, in words."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        if os.path.islink(path):
+            if e.errno == errno.ELOOP:
+                return "is a link that loops"
+            return f"is a broken link (to {os.readlink(path)})"
+        return f"cannot be read ({e.strerror})"
+    mode = st.st_mode
+    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+    return f"is {kind}"
 
 
 def _raise(e: OSError):
@@ -56,6 +79,8 @@ def collect(paths: list[str | os.PathLike]) -> tuple[list[Source], list[str]]:
     roots = [Path(p) for p in paths]
     for r in roots:
         if not r.exists():
+            if r.is_symlink():
+                raise InvalidArgument(f"{r} {_not_regular(r)}")
             raise InvalidArgument(f"{r}: no such file or folder")
     files: list[Source] = []
     dirs: list[str] = []
@@ -71,7 +96,7 @@ def collect(paths: list[str | os.PathLike]) -> tuple[list[Source], list[str]]:
             elif r.is_file():
                 files.append(Source(name, r))
             else:
-                raise InvalidArgument(f"{r} is not a regular file or folder")
+                raise InvalidArgument(f"{r} {_not_regular(r)}; only regular files and folders are archived")
     names = [s.name for s in files] + dirs
     seen = set()
     for n in names:
