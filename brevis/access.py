@@ -112,11 +112,18 @@ def name_tensors(index: Index):
 class Archive(Mapping):
     """A read-only mapping from tensor name to numpy array; see the module doc."""
 
-    def __init__(self, path: str | os.PathLike, *, ml_dtypes: bool | None = None):
+    def __init__(self, path: str | os.PathLike, *, ml_dtypes: bool | None = None, base=None):
+        from .decoder import ChunkDecoder
+
         self.path = Path(path)
         self._ml = _ml_dtypes(ml_dtypes)
         self._reader: ArchiveReader | None = ArchiveReader(self.path)
         self.index = self._reader.index
+        try:
+            self._decoder = ChunkDecoder(self._reader, base)  # checks the base, if the archive has one
+        except BaseException:
+            self._reader.close()
+            raise
         self._entries, self._aliases, self._ambiguous = name_tensors(self.index)
         self._keys = {id(s): key for key, (_, s) in self._entries.items()}
 
@@ -159,11 +166,11 @@ class Archive(Mapping):
 
     def __getitem__(self, name: str) -> np.ndarray:
         f, s = self._entries[self._resolve(name)]
-        reader = self._open_reader()
+        self._open_reader()
         out = np.empty(s.length, np.uint8)
         pos = 0
         for chunk in s.chunks:
-            data = reader.decode_chunk(s, chunk)
+            data = self._decoder.decode(s, chunk, pos)
             out[pos:pos + len(data)] = data
             pos += len(data)
         out.setflags(write=False)
@@ -205,9 +212,10 @@ class Archive(Mapping):
         return f"<brevis.Archive {str(self.path)!r}: {len(self)} tensors{state}>"
 
 
-def open_archive(path: str | os.PathLike, *, ml_dtypes: bool | None = None) -> Archive:
-    """Open an archive for random access to its tensors (exported as brevis.open)."""
-    return Archive(path, ml_dtypes=ml_dtypes)
+def open_archive(path: str | os.PathLike, *, ml_dtypes: bool | None = None, base=None) -> Archive:
+    """Open an archive for random access to its tensors (exported as brevis.open);
+    `base`: the base model, for an archive made with compress --base."""
+    return Archive(path, ml_dtypes=ml_dtypes, base=base)
 
 
 def ls(archive: str | os.PathLike) -> dict:
@@ -236,7 +244,7 @@ def _safetensors_header(chosen: list[tuple[str, SegmentEntry]]) -> bytes:
 
 
 def extract(archive: str | os.PathLike, names, output: str | os.PathLike, *, force: bool = False,
-            threads: int = 1) -> dict:
+            threads: int = 1, base=None) -> dict:
     """Write the named tensors to a safetensors file, bit for bit.
 
     Tensors keep their names in the file (their keys where two chosen
@@ -249,7 +257,7 @@ def extract(archive: str | os.PathLike, names, output: str | os.PathLike, *, for
     if not names:
         raise InvalidArgument("no tensor named")
     out = Path(output)
-    with Archive(archive, ml_dtypes=False) as a:
+    with Archive(archive, ml_dtypes=False, base=base) as a:
         unknown = [n for n in names if n not in a]
         if unknown:
             for n in unknown:
@@ -271,7 +279,7 @@ def extract(archive: str | os.PathLike, names, output: str | os.PathLike, *, for
         parent = out.absolute().parent
         if not parent.is_dir():
             raise InvalidArgument(f"cannot write {out}: folder {parent} does not exist")
-        reader = a._open_reader()
+        a._open_reader()
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".partial", dir=parent)
         except OSError as e:
@@ -280,8 +288,8 @@ def extract(archive: str | os.PathLike, names, output: str | os.PathLike, *, for
             with os.fdopen(fd, "wb") as f, Pool(threads) as pool:
                 try:
                     f.write(header)
-                    work = [(s, c) for _, s in chosen for c in s.chunks]
-                    for data in pool.ordered_map(lambda sc: reader.decode_chunk(*sc), work):
+                    work = [w for _, s in chosen for w in a._decoder.work_segment(s)]
+                    for data in pool.ordered_map(lambda w: a._decoder.decode(*w), work):
                         f.write(memoryview(data))
                     f.flush()
                     os.fsync(f.fileno())

@@ -54,6 +54,8 @@ threads_option = click.option("-j", "--threads", type=click.IntRange(min=1), def
                               help="Worker threads (default: one per core).")
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+base_option = click.option("--base", type=click.Path(path_type=str), default=None,
+                           help="The base model the archive was made against (compress --base).")
 effort_option = click.option("-e", "--effort", type=click.IntRange(0, 3), default=DEFAULT_EFFORT, show_default=True,
                              help="Search effort: 0 no search, 1 fast, 2 default, 3 thorough.")
 
@@ -75,16 +77,18 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--prior", "prior", type=click.Path(path_type=str), default=None,
               help="Use a prior learned before (brevis prior learn) instead of learning one.")
 @click.option("--explain", is_flag=True, help="Summarize which productions won where.")
+@click.option("--base", type=click.Path(path_type=str), default=None,
+              help="Code tensors against this base model (a folder, file or .brv) where it helps.")
 @threads_option
 @quiet_option
 @json_option
-def compress(sources, output, force, effort, prior, explain, threads, quiet, as_json):
+def compress(sources, output, force, effort, prior, explain, base, threads, quiet, as_json):
     """Compress checkpoint folders or files into one archive."""
     files, _ = collect(list(sources))
     total = sum(s.path.stat().st_size for s in files)
     with progress_bar(total, quiet, "compress") as update:
         s = api.compress(sources, output, threads=threads or default_threads(), force=force,
-                         effort=effort, prior=prior, progress=update)
+                         effort=effort, prior=prior, base=base, progress=update)
     if explain:
         s["explain"] = api.explain(output)
     ratio = f"{100 * s['ratio']:.1f} %" if s["ratio"] is not None else "-"
@@ -123,14 +127,15 @@ def prior_learn(sources, output, force, effort, threads):
 @click.option("-o", "--output", type=click.Path(path_type=str), default=None,
               help="Folder to write (default: the archive's name without .brv).")
 @click.option("-f", "--force", is_flag=True, help="Overwrite existing files.")
+@base_option
 @threads_option
 @quiet_option
 @json_option
-def decompress(archive, output, force, threads, quiet, as_json):
+def decompress(archive, output, force, base, threads, quiet, as_json):
     """Rebuild every archived file, byte for byte."""
     with progress_bar(0, quiet, "decompress") as update:
         s = api.decompress(archive, output, threads=threads or default_threads(), force=force,
-                           progress=update)
+                           progress=update, base=base)
     _emit(as_json, quiet, s, f"{s['output']}: {s['files']} files, {_size(s['bytes'])} in {s['seconds']:.1f} s")
 
 
@@ -138,14 +143,15 @@ def decompress(archive, output, force, threads, quiet, as_json):
 @click.argument("archive", type=click.Path(path_type=str))
 @click.option("--source", "sources", multiple=True, type=click.Path(path_type=str),
               help="Also compare with the original files (as given to compress; repeatable).")
+@base_option
 @threads_option
 @quiet_option
 @json_option
-def verify(archive, sources, threads, quiet, as_json):
+def verify(archive, sources, base, threads, quiet, as_json):
     """Decode everything and check every checksum (exit 0 only if all match)."""
     with progress_bar(0, quiet, "verify") as update:
         r = api.verify(archive, list(sources) or None, threads=threads or default_threads(),
-                       progress=update)
+                       progress=update, base=base)
     if as_json:
         click.echo(json.dumps(r, indent=1))
     elif not quiet:
@@ -211,12 +217,13 @@ def ls_command(archive, as_json):
 @click.option("-o", "--output", required=True, type=click.Path(path_type=str),
               help="safetensors file to write.")
 @click.option("-f", "--force", is_flag=True, help="Overwrite an existing file.")
+@base_option
 @threads_option
 @quiet_option
 @json_option
-def extract(archive, names, output, force, threads, quiet, as_json):
+def extract(archive, names, output, force, base, threads, quiet, as_json):
     """Write the named tensors to a safetensors file, bit for bit (names: brevis ls)."""
-    s = api.extract(archive, names, output, force=force, threads=threads or default_threads())
+    s = api.extract(archive, names, output, force=force, threads=threads or default_threads(), base=base)
     _emit(as_json, quiet, s, f"{output}: {len(s['tensors'])} tensors, {_size(s['bytes'])} in {s['seconds']:.1f} s")
 
 

@@ -16,20 +16,86 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .archive.index import FileEntry
+import numpy as np
+
+from .archive.index import DIGEST_BYTES, FileEntry
 from .archive.reader import ArchiveReader
 from .archive.writer import io_failure, make_temp, remove_stale
-from .errors import BrevisError, InvalidArgument, IOFailure, OutputExists
+from .errors import BrevisError, ChecksumError, InvalidArgument, IOFailure, OutputExists
 from .parallel import Pool
 from .sources import collect
 
 Progress = Callable[[int], None] | None
 
 
-def file_chunks(reader: ArchiveReader, entry: FileEntry, pool: Pool) -> Iterator[memoryview]:
+class ChunkDecoder:
+    """Decodes chunks, giving those coded against a base their base tensor.
+
+    Opening checks that the base is the one the archive was made with: every
+    base tensor it used must be present, of the same dtype and shape, with
+    the recorded SHA-256.
+    """
+
+    def __init__(self, reader: ArchiveReader, base=None):
+        self.reader = reader
+        self.base = None
+        self.tensors: dict[int, object] = {}
+        index = reader.index
+        if index.base is None:
+            return
+        if base is None:
+            raise InvalidArgument(f"{reader.path} was made against a base model: pass it with --base")
+        from .base import Base
+
+        self.base = Base.open(base)
+        reader.on_close.append(self.close)  # the base's files live as long as the reader
+        try:
+            for f in index.files:
+                for seg in f.segments:
+                    if seg.base:
+                        self.tensors[id(seg)] = self._resolve(f.path, seg)
+        except BaseException:
+            self.base.close()
+            raise
+
+    def _resolve(self, path: str, seg):
+        ref = seg.base
+        t = self.base.exact(ref["file"], ref["name"]) or self.base.match(ref["file"], ref["name"], seg.dtype, seg.shape)
+        if t is None or t.dtype != seg.dtype or tuple(t.shape) != tuple(seg.shape):
+            raise InvalidArgument(f"the base has no tensor {ref['name']!r} of {seg.dtype.name}{list(seg.shape)} "
+                                  f"(needed by {path}); is it the right base?")
+        if t.digest()[:DIGEST_BYTES].hex() != ref["sha256"]:
+            raise ChecksumError(f"base tensor {ref['name']!r} differs from the one {path} was coded against: wrong base")
+        return t
+
+    def decode(self, seg, chunk, start: int):
+        reference = None
+        if seg.programs[chunk.program].uses_reference:
+            t = self.tensors[id(seg)]
+            ref = t.read(start, chunk.n * seg.itemsize)
+            reference = np.frombuffer(ref, dtype=seg.value_type.container)
+        return self.reader.decode_chunk(seg, chunk, reference)
+
+    def work(self, entry: FileEntry) -> list[tuple]:
+        """(segment, chunk, byte offset in the segment) for every chunk of a file."""
+        return [w for seg in entry.segments for w in self.work_segment(seg)]
+
+    @staticmethod
+    def work_segment(seg) -> list[tuple]:
+        out, start = [], 0
+        for chunk in seg.chunks:
+            out.append((seg, chunk, start))
+            start += chunk.n * seg.itemsize
+        return out
+
+    def close(self) -> None:
+        if self.base is not None:
+            self.base.close()
+
+
+def file_chunks(decoder: ChunkDecoder, entry: FileEntry, pool: Pool) -> Iterator[memoryview]:
     """The decoded bytes of one file, chunk by chunk, in order."""
-    work = [(seg, chunk) for seg in entry.segments for chunk in seg.chunks]
-    for data in pool.ordered_map(lambda sc: reader.decode_chunk(*sc), work):
+    for data in pool.ordered_map(lambda w: decoder.decode(*w), decoder.work(entry)):
         yield memoryview(data)
 
 
@@ -38,11 +104,12 @@ def default_output(archive: Path) -> Path:
 
 
 def decompress(archive, output=None, *, threads: int = 1, force: bool = False,
-               progress: Progress = None) -> dict:
+               progress: Progress = None, base=None) -> dict:
     start = time.perf_counter()
     archive = Path(archive)
     with ArchiveReader(archive) as reader:
         index = reader.index
+        decoder = ChunkDecoder(reader, base)
         out = Path(output) if output is not None else default_output(archive)
         if out.exists() and not out.is_dir():
             raise OutputExists(f"{out} exists and is not a folder")
@@ -76,7 +143,7 @@ def decompress(archive, output=None, *, threads: int = 1, force: bool = False,
                     try:
                         target.parent.mkdir(parents=True, exist_ok=True)
                         with open(target, "wb") as f:
-                            for data in file_chunks(reader, entry, pool):
+                            for data in file_chunks(decoder, entry, pool):
                                 f.write(data)
                                 if progress:
                                     progress(len(data))
@@ -157,7 +224,7 @@ def _move_into_place(stage: Path, out: Path, index, force: bool) -> None:
         raise io_failure(e, f"cannot write {out}") from None
 
 
-def verify(archive, sources=None, *, threads: int = 1, progress: Progress = None) -> dict:
+def verify(archive, sources=None, *, threads: int = 1, progress: Progress = None, base=None) -> dict:
     """Decode everything and check it; with `sources`, compare to the originals too.
 
     `sources` are named as for compress (the same paths give the same names).
@@ -176,6 +243,7 @@ def verify(archive, sources=None, *, threads: int = 1, progress: Progress = None
         originals = {s.name: s.path for s in files}
     with ArchiveReader(Path(archive)) as reader:
         index = reader.index
+        decoder = ChunkDecoder(reader, base)
         with Pool(threads) as pool:
             for entry in index.files:
                 original = None
@@ -187,7 +255,7 @@ def verify(archive, sources=None, *, threads: int = 1, progress: Progress = None
                             original = open(originals[entry.path], "rb")
                         except OSError as e:
                             problem(entry.path, None, f"cannot read source: {e.strerror}")
-                for seg, error in _check_file(reader, entry, pool, original, progress):
+                for seg, error in _check_file(decoder, entry, pool, original, progress):
                     problem(entry.path, seg.name, error)
                 if original is not None:
                     if original.read(1):
@@ -201,17 +269,16 @@ def verify(archive, sources=None, *, threads: int = 1, progress: Progress = None
             "seconds": time.perf_counter() - start}
 
 
-def _check_file(reader, entry: FileEntry, pool: Pool, original, progress: Progress):
+def _check_file(decoder: ChunkDecoder, entry: FileEntry, pool: Pool, original, progress: Progress):
     """Yield (segment, error) for every problem found in one file."""
-    work = [(seg, chunk) for seg in entry.segments for chunk in seg.chunks]
 
-    def decode(sc):
+    def decode(w):
         try:
-            return sc, reader.decode_chunk(*sc), None
+            return w, decoder.decode(*w), None
         except BrevisError as e:
-            return sc, None, str(e)
+            return w, None, str(e)
 
-    for (seg, chunk), data, error in pool.ordered_map(decode, work):
+    for (seg, chunk, _), data, error in pool.ordered_map(decode, decoder.work(entry)):
         length = chunk.n * seg.itemsize
         if error:
             yield seg, error

@@ -25,9 +25,10 @@ from typing import Callable, Iterator
 import numpy as np
 
 from . import __version__
+from .base import Base, BaseTensor
 from .archive.index import DIGEST_BYTES, Chunk, FileEntry, Index, SegmentEntry
 from .archive.writer import ArchiveWriter
-from .dsl.interpreter import encode
+from .dsl.interpreter import encode, forward
 from .dsl.types import BYTES, Field, tensor
 from .errors import InvalidArgument, IOFailure, NotApplicable
 from .formats import Segment, layout
@@ -108,12 +109,14 @@ def value_type(seg: Segment) -> Field:
     return tensor(seg.dtype) if seg.dtype else BYTES
 
 
-def segment_info(f: ScannedFile, seg: Segment, chunk_bytes: int) -> SegmentInfo:
+def segment_info(f: ScannedFile, seg: Segment, chunk_bytes: int, base: Base | None = None) -> SegmentInfo:
     t = value_type(seg)
     itemsize = t.container.itemsize
     chunks = len(chunk_counts(seg.length // itemsize, itemsize, chunk_bytes, _row(seg)))
+    ref = base.match(f.source.name, seg.name, seg.dtype, seg.shape) if base else None
     return SegmentInfo(seg.name, t, seg.shape, seg.length, chunks,
-                       lambda off, n: f.read(seg.offset + off, n), seg.records)
+                       lambda off, n: f.read(seg.offset + off, n), seg.records,
+                       ref.read if ref else None)
 
 
 def _row(seg: Segment) -> int:
@@ -129,6 +132,7 @@ class PlannedSegment:
     segment: Segment
     value_type: Field
     plan: Plan
+    base: BaseTensor | None = None  # the base tensor it may be coded against
     entry: SegmentEntry | None = None
 
 
@@ -174,7 +178,8 @@ class Deduplicator:
             return False
 
 
-def encode_repairing(program: Program, x: np.ndarray, t: Field) -> tuple[Program, list[bytes]]:
+def encode_repairing(program: Program, x: np.ndarray, t: Field,
+                     reference: np.ndarray | None = None) -> tuple[Program, list[bytes]]:
     """Run a program forward; where an operator refuses this input (the
     sample said constant, this chunk is not), that sub-value is coded by
     the fallback instead. Returns the program that ran and its streams."""
@@ -182,7 +187,7 @@ def encode_repairing(program: Program, x: np.ndarray, t: Field) -> tuple[Program
     if isinstance(node, Coder):
         return program, [node.encode(x, t)]
     try:
-        values = node.forward(x, t)
+        values = forward(node, x, t, reference)
     except NotApplicable:
         return FALLBACK, [FALLBACK.node.encode(x, t)]
     children, streams = [], []
@@ -202,18 +207,23 @@ def encode_chunk(job: ChunkJob, dedup: Deduplicator) -> ChunkResult:
     if dedup.claim(key, job.order):
         return ChunkResult(job, key, None, [])
     x = np.frombuffer(data, dtype=t.container)
-    program, streams = encode_repairing(ps.plan.program, x, t)
+    reference = None
+    if ps.plan.program.uses_reference and ps.base is not None:
+        ref = ps.base.read(job.offset - ps.segment.offset, len(data))
+        reference = np.frombuffer(ref, dtype=t.container)
+    program, streams = encode_repairing(ps.plan.program, x, t, reference)
     if sum(map(len, streams)) > len(data):  # never larger than the data itself
         program, streams = PLAIN, [data]
     return ChunkResult(job, key, program, streams, [zlib.crc32(s) for s in streams])
 
 
-def _learn(planner: Planner, scanned: list[ScannedFile], pool: Pool, chunk_bytes: int) -> Prior:
+def _learn(planner: Planner, scanned: list[ScannedFile], pool: Pool, chunk_bytes: int,
+           base: Base | None = None) -> Prior:
     infos = []
     try:
         for f in scanned:
             f.open()
-            infos += [segment_info(f, seg, chunk_bytes) for seg in f.segments]
+            infos += [segment_info(f, seg, chunk_bytes, base) for seg in f.segments]
         return planner.learn(infos, lambda fn, xs: pool.ordered_map(fn, xs))
     finally:
         for f in scanned:
@@ -233,7 +243,8 @@ def learn(sources, *, effort: int = DEFAULT_EFFORT, threads: int = 1, chunk_byte
 
 def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, threads: int = 1,
              force: bool = False, effort: int = DEFAULT_EFFORT, prior: Prior | str | os.PathLike | None = None,
-             chunk_bytes: int = CHUNK_BYTES, progress: Callable[[int], None] | None = None) -> dict:
+             base: str | os.PathLike | None = None, chunk_bytes: int = CHUNK_BYTES,
+             progress: Callable[[int], None] | None = None) -> dict:
     """Write an archive of the sources; return a summary (see api.compress)."""
     start = time.perf_counter()
     files, dirs = collect(list(sources))
@@ -247,24 +258,28 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
     index = Index([], dirs, f"brevis {__version__}")
     dedup = Deduplicator()
     scanned: list[ScannedFile] = []
+    base_model = Base.open(base) if base is not None else None
     try:
         with ArchiveWriter(out, force) as writer, Pool(threads) as pool:
             scanned = list(pool.ordered_map(scan, files))
             learn_time = time.perf_counter()
             if prior is None and planner.effort.learn_tensors:
-                _learn(planner, scanned, pool, chunk_bytes)
+                _learn(planner, scanned, pool, chunk_bytes, base_model)
             learn_time = time.perf_counter() - learn_time
             for result in pool.ordered_map(lambda job: encode_chunk(job, dedup),
-                                           _chunk_jobs(_planned(scanned, planner, pool, index, chunk_bytes),
-                                                       chunk_bytes)):
+                                           _chunk_jobs(_planned(scanned, planner, pool, index, chunk_bytes,
+                                                                base_model), chunk_bytes)):
                 _write_chunk(result, writer, dedup)
                 if progress:
                     progress(result.job.n * result.job.planned.value_type.container.itemsize)
             index.prior = planner.prior.to_json()
+            index.base = _base_identity(index)
             size = writer.finish(index)
     finally:
         for f in scanned:
             f.close()
+        if base_model is not None:
+            base_model.close()
     seconds = time.perf_counter() - start
     original = index.original_bytes
     return {
@@ -282,7 +297,7 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
 
 
 def _planned(scanned: list[ScannedFile], planner: Planner, pool: Pool, index: Index,
-             chunk_bytes: int) -> Iterator[PlannedSegment]:
+             chunk_bytes: int, base: Base | None) -> Iterator[PlannedSegment]:
     """Plans of every segment in archive order (planning runs in the pool)."""
 
     def items():
@@ -293,13 +308,14 @@ def _planned(scanned: list[ScannedFile], planner: Planner, pool: Pool, index: In
                 f.queued_all = True
                 f.finish_if_done()
             for seg in f.segments:
-                info = segment_info(f, seg, chunk_bytes)
+                info = segment_info(f, seg, chunk_bytes, base)
                 family, leader = planner.claim_family(info)  # in archive order: deterministic
                 yield f, seg, info, family, leader
 
     def plan(item) -> PlannedSegment:
         f, seg, info, family, leader = item
-        return PlannedSegment(f, seg, info.t, planner.plan(info, family, leader))
+        ref = base.match(f.source.name, seg.name, seg.dtype, seg.shape) if base else None
+        return PlannedSegment(f, seg, info.t, planner.plan(info, family, leader), ref)
 
     return pool.ordered_map(plan, items())
 
@@ -337,6 +353,21 @@ def _write_chunk(result: ChunkResult, writer: ArchiveWriter, dedup: Deduplicator
     if program not in entry.programs:
         entry.programs.append(program)
     index = entry.programs.index(program)
+    if program.uses_reference and entry.base is None:
+        b = ps.base
+        entry.base = {"file": b.file, "name": b.name, "sha256": b.digest()[:DIGEST_BYTES].hex()}
     entry.chunks.append(Chunk(index, job.n, located, result.key[:DIGEST_BYTES]))
     ps.file.pending -= 1
     ps.file.finish_if_done()
+
+
+def _base_identity(index: Index) -> dict | None:
+    """What the archive needs of its base: the tensors it used, hashed together."""
+    used = sorted({(s.base["file"], s.base["name"], s.base["sha256"])
+                   for f in index.files for s in f.segments if s.base})
+    if not used:
+        return None
+    h = hashlib.sha256()
+    for entry in used:
+        h.update("\0".join(entry).encode("utf-8", "surrogateescape") + b"\n")
+    return {"sha256": h.digest()[:DIGEST_BYTES].hex(), "tensors": len(used)}

@@ -44,6 +44,7 @@ class SegmentEntry:
     programs: list[Program] = field(default_factory=list)
     chunks: list[Chunk] = field(default_factory=list)
     search: dict = field(default_factory=dict)  # how the program was found (informative)
+    base: dict | None = None  # {"file", "name", "sha256"}: the base tensor it is coded against
 
     @property
     def value_type(self) -> Field:
@@ -76,6 +77,7 @@ class Index:
     dirs: list[str] = field(default_factory=list)
     created_by: str = ""
     prior: dict | None = None  # the production prior the programs were found with
+    base: dict | None = None  # {"sha256", "tensors"}: identity of the base model used, if any
 
     @property
     def original_bytes(self) -> int:
@@ -86,6 +88,7 @@ class Index:
         return {
             "created_by": self.created_by,
             "prior": self.prior,
+            "base": self.base,
             "dirs": self.dirs,
             "files": [
                 {
@@ -102,6 +105,7 @@ class Index:
                             "chunks": [[c.program, c.n, [list(x) for x in c.streams], c.digest.hex()]
                                        for c in s.chunks],
                             "search": s.search,
+                            "base": s.base,
                         }
                         for s in f.segments
                     ],
@@ -119,6 +123,16 @@ class Index:
 
 def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_hex(x, length: int) -> bool:
+    if not isinstance(x, str) or len(x) != length:
+        return False
+    try:
+        bytes.fromhex(x)
+    except ValueError:
+        return False
+    return True
 
 
 def check_path(path: Any) -> str:
@@ -156,6 +170,10 @@ class _Validator:
         prior = obj.get("prior")
         if prior is not None and not isinstance(prior, dict):
             self.fail("prior must be an object")
+        base = obj.get("base")
+        if base is not None and not (isinstance(base, dict) and _is_hex(base.get("sha256"), 32)
+                                     and _is_int(base.get("tensors"))):
+            self.fail("base must be an object with sha256 and tensors")
         paths = [f.path for f in files] + dirs
         if len(set(paths)) != len(paths):
             self.fail("a path appears twice")
@@ -165,7 +183,10 @@ class _Validator:
             for i in range(1, len(parts)):
                 if "/".join(parts[:i]) in file_paths:
                     self.fail(f"{p!r} lies under a file")
-        return Index(files, dirs, created_by, prior)
+        uses_base = any(s.base for f in files for s in f.segments)
+        if uses_base and base is None:
+            self.fail("segments are coded against a base the index does not describe")
+        return Index(files, dirs, created_by, prior, base)
 
     def file(self, obj) -> FileEntry:
         path = check_path(self.get(obj, "path", str, "file"))
@@ -201,7 +222,12 @@ class _Validator:
         search = obj.get("search", {})
         if not isinstance(search, dict):
             self.fail(f"{where} {name!r}: search must be an object")
-        seg = SegmentEntry(name, dtype, shape, length, search=search)
+        base = obj.get("base")
+        if base is not None and not (isinstance(base, dict) and isinstance(base.get("file"), str)
+                                     and isinstance(base.get("name"), str) and _is_hex(base.get("sha256"), 32)
+                                     and dtype is not None):
+            self.fail(f"{where} {name!r}: malformed base reference")
+        seg = SegmentEntry(name, dtype, shape, length, search=search, base=base)
         counts = []  # streams each program reads
         for p in self.get(obj, "programs", list, where):
             try:
@@ -210,6 +236,8 @@ class _Validator:
             except ProgramError as e:
                 raise FormatError(f"{where} {name!r}: {e}") from None
             seg.programs.append(program)
+        if any(p.uses_reference for p in seg.programs) and seg.base is None:
+            self.fail(f"{where} {name!r}: coded against a base tensor it does not name")
         elements = 0
         max_n = MAX_CHUNK_BYTES // seg.itemsize
         for c in self.get(obj, "chunks", list, where):

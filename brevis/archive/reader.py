@@ -27,6 +27,7 @@ def chunk_digest(data) -> bytes:
 class ArchiveReader:
     def __init__(self, path: Path):
         self.path = Path(path)
+        self.on_close: list = []  # callbacks run when the reader closes
         try:
             self.fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
@@ -80,8 +81,11 @@ class ArchiveReader:
             data += more
         return data
 
-    def decode_chunk(self, seg: SegmentEntry, chunk: Chunk) -> np.ndarray:
-        """The original bytes of one chunk (uint8), checked against its digest."""
+    def decode_chunk(self, seg: SegmentEntry, chunk: Chunk, reference: np.ndarray | None = None) -> np.ndarray:
+        """The original bytes of one chunk (uint8), checked against its digest.
+
+        `reference`: the base tensor's elements at the chunk's positions, for
+        a chunk coded against a base."""
         streams = []
         for k, (off, length, crc) in enumerate(chunk.streams):
             data = self.read(off, length)
@@ -89,7 +93,7 @@ class ArchiveReader:
                 raise ChecksumError(f"segment {seg.name!r}: stream {k} at offset {off} is damaged")
             streams.append(memoryview(data))
         try:
-            values = decode(seg.programs[chunk.program], seg.value_type, chunk.n, streams)
+            values = decode(seg.programs[chunk.program], seg.value_type, chunk.n, streams, reference)
         except BrevisError:
             raise
         except (ValueError, TypeError, IndexError, OverflowError, MemoryError) as e:
@@ -100,6 +104,8 @@ class ArchiveReader:
         return data
 
     def close(self) -> None:
+        while self.on_close:
+            self.on_close.pop()()
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1

@@ -1,6 +1,6 @@
 """The typed DSL: value types, operators, coders, programs, interpreter."""
 
-from . import coders, constant, delta, fields, planes, records, regions, symbols  # noqa: F401  (register)
+from . import coders, constant, delta, fields, planes, records, reference, regions, symbols  # noqa: F401
 from .coders import Raw, Zstd
 from .constant import Constant
 from .delta import Delta, Transpose, XorDelta, ZigZag
@@ -9,13 +9,14 @@ from .interpreter import decode, encode
 from .operator import REGISTRY, Coder, Operator
 from .planes import BytePlanes
 from .records import Records
+from .reference import SubBase, XorBase
 from .regions import Affine, RowDedup, Sparse
 from .symbols import Partition, Rank
 from .program import Program
 from .types import BYTES, Field, Tensor, tensor
 
 __all__ = [
-    "Affine", "Delta", "Records", "Partition", "Rank", "RowDedup", "Sparse", "Transpose", "XorDelta", "ZigZag",
+    "Affine", "Delta", "Records", "SubBase", "XorBase", "Partition", "Rank", "RowDedup", "Sparse", "Transpose", "XorDelta", "ZigZag",
     "BYTES", "REGISTRY", "BitFields", "BytePlanes", "Coder", "Constant", "Field",
     "FloatFields", "LowZeroBits", "Operator", "PackBits", "Program", "Raw",
     "Tensor", "Zstd", "decode", "encode", "tensor",

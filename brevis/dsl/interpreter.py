@@ -15,31 +15,42 @@ from .program import Program
 from .types import Field
 
 
-def encode(program: Program, x: np.ndarray, t: Field) -> list[bytes]:
+def encode(program: Program, x: np.ndarray, t: Field, reference: np.ndarray | None = None) -> list[bytes]:
     """Run the forward direction on x; return the streams, leaves in order.
 
-    Raises NotApplicable when an operator cannot represent x.
+    `reference`: the base tensor's elements at the same positions, for a
+    program whose root codes against a base. Raises NotApplicable when an
+    operator cannot represent x.
     """
     streams: list[bytes] = []
-    _encode(program, np.ascontiguousarray(x), t, streams)
+    _encode(program, np.ascontiguousarray(x), t, streams, reference)
     return streams
 
 
-def _encode(program: Program, x: np.ndarray, t: Field, streams: list[bytes]) -> None:
+def forward(node: Operator, x: np.ndarray, t: Field, reference=None) -> list[np.ndarray]:
+    """An operator's forward step, with the reference where it takes one."""
+    if getattr(node, "uses_reference", False):
+        return node.forward_ref(x, t, reference)  # type: ignore[attr-defined]
+    return node.forward(x, t)
+
+
+def _encode(program: Program, x: np.ndarray, t: Field, streams: list[bytes], reference=None) -> None:
     node = program.node
     if isinstance(node, Coder):
         streams.append(node.encode(x, t))
         return
     assert isinstance(node, Operator)
-    values = node.forward(x, t)
+    values = forward(node, x, t, reference)
     for child, value, ct in zip(program.children, values, node.output_types(t)):
         _encode(child, value, ct, streams)
 
 
-def decode(program: Program, t: Field, n: int, streams: Sequence[memoryview]) -> np.ndarray:
-    """Rebuild n elements of type t from the streams of a checked program."""
+def decode(program: Program, t: Field, n: int, streams: Sequence[memoryview],
+           reference: np.ndarray | None = None) -> np.ndarray:
+    """Rebuild n elements of type t from the streams of a checked program
+    (and the base tensor's elements, for a program coded against a base)."""
     cursor = [0]
-    out = _decode(program, t, n, streams, cursor)
+    out = _decode(program, t, n, streams, cursor, reference)
     if cursor[0] != len(streams):
         raise FormatError(f"program read {cursor[0]} of {len(streams)} streams")
     if out.dtype != t.container or out.shape != (n,):
@@ -47,7 +58,7 @@ def decode(program: Program, t: Field, n: int, streams: Sequence[memoryview]) ->
     return out
 
 
-def _decode(program: Program, t: Field, n: int, streams, cursor: list[int]) -> np.ndarray:
+def _decode(program: Program, t: Field, n: int, streams, cursor: list[int], reference=None) -> np.ndarray:
     node = program.node
     if isinstance(node, Coder):
         if cursor[0] >= len(streams):
@@ -70,4 +81,6 @@ def _decode(program: Program, t: Field, n: int, streams, cursor: list[int]) -> n
         decoded.append(value)
         return value
 
+    if getattr(node, "uses_reference", False):
+        return node.inverse_ref(n, t, read, reference)  # type: ignore[attr-defined]
     return node.inverse(n, t, read)

@@ -38,6 +38,11 @@ class Program:
     def is_leaf(self) -> bool:
         return isinstance(self.node, Coder)
 
+    @property
+    def uses_reference(self) -> bool:
+        """Whether decoding needs the base tensor (only a root can use it)."""
+        return bool(getattr(self.node, "uses_reference", False))
+
     def leaves(self) -> list[Coder]:
         if self.is_leaf:
             return [self.node]  # type: ignore[list-item]
@@ -57,6 +62,8 @@ class Program:
             return 1
         if not isinstance(self.node, Operator):
             raise ProgramError(f"{self.node!r} is not a production")
+        if depth and getattr(self.node, "uses_reference", False):
+            raise ProgramError(f"{self.node.id} codes against a base tensor: only at the root")
         types = self.node.output_types(t)
         if len(types) != len(self.children):
             raise ProgramError(

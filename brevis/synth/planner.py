@@ -74,6 +74,7 @@ class SegmentInfo:
     chunks: int
     read: Callable[[int, int], bytes]  # (offset within the segment, length) -> bytes
     records: tuple[tuple[int, int], ...] | None = None  # field layout of fixed-size records
+    reference: Callable[[int, int], bytes] | None = None  # the base tensor's bytes, like `read`
 
     @property
     def role(self) -> str:
@@ -87,6 +88,8 @@ class SegmentInfo:
 
     @property
     def family(self) -> tuple | None:
+        if self.reference is not None:
+            return ("base", self.t.dtype.name, self.role, self.shape)
         if self.records:
             return ("records", repr(self.records), self.role)
         if not isinstance(self.t, Tensor) or self.length <= TINY:
@@ -105,8 +108,10 @@ class Plan:
     stats: dict = field(default_factory=dict)
 
 
-def sample(seg: SegmentInfo, e: Effort) -> list[np.ndarray]:
-    """Evenly spaced contiguous slices of a segment, whole rows where rows are short."""
+def sample(seg: SegmentInfo, e: Effort, read=None) -> list[np.ndarray]:
+    """Evenly spaced contiguous slices of a segment, whole rows where rows are short
+    (of the base tensor at the same places, with read=seg.reference)."""
+    read = read or seg.read
     itemsize = seg.t.container.itemsize
     elements = seg.length // itemsize
     per = max(1, e.slice_bytes // itemsize)
@@ -119,7 +124,7 @@ def sample(seg: SegmentInfo, e: Effort) -> list[np.ndarray]:
         starts = [(elements - per) * i // (k - 1) for i in range(k)] if k > 1 else [(elements - per) // 2]
         if seg.row and seg.row <= per:
             starts = [s // seg.row * seg.row for s in starts]
-    return [np.frombuffer(seg.read(s * itemsize, per * itemsize), dtype=seg.t.container) for s in starts]
+    return [np.frombuffer(read(s * itemsize, per * itemsize), dtype=seg.t.container) for s in starts]
 
 
 def _tiny_plan(seg: SegmentInfo) -> Plan:
@@ -174,7 +179,9 @@ class Planner:
         slices = sample(seg, self.effort)
         scale = seg.length / max(1, sum(s.nbytes for s in slices))
         records = [list(f) for f in seg.records] if seg.records else None
-        return Value(slices, seg.t, seg.row, opaque=not isinstance(seg.t, Tensor), records=records), scale
+        reference = sample(seg, self.effort, seg.reference) if seg.reference else None
+        return Value(slices, seg.t, seg.row, opaque=not isinstance(seg.t, Tensor), records=records,
+                     reference=reference), scale
 
     def claim_family(self, seg: SegmentInfo) -> tuple[_Family | None, bool]:
         """Called in archive order: the first segment of a family leads it."""
@@ -219,7 +226,8 @@ class Planner:
         if family.program is None:
             return None
         try:
-            size = sum(len(b) for s in root.slices for b in encode(family.program, s, seg.t))
+            refs = root.reference or [None] * len(root.slices)
+            size = sum(len(b) for s, r in zip(root.slices, refs) for b in encode(family.program, s, seg.t, r))
         except NotApplicable:
             return None
         leaves = len(family.program.leaves())

@@ -13,7 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..dsl import (Affine, BitFields, BytePlanes, Records, Constant, Delta, Field, FloatFields, LowZeroBits, PackBits,
+from ..dsl import (Affine, BitFields, BytePlanes, Records, SubBase, XorBase, Constant, Delta, Field, FloatFields, LowZeroBits, PackBits,
                    Partition, Rank, Raw, RowDedup, Sparse, Tensor, Transpose, XorDelta, ZigZag, Zstd)
 from ..dsl.operator import Production
 
@@ -39,6 +39,7 @@ class Value:
     depth: int = 0
     opaque: bool = False  # a byte segment whose structure is unknown
     records: list | None = None  # field layout of fixed-size records, from the format
+    reference: list[np.ndarray] | None = None  # the base tensor at the sample's places (root only)
     memo: dict = field(default_factory=dict)
 
     @cached_property
@@ -105,6 +106,8 @@ def proposals(v: Value) -> list[Production]:
             out.append(Constant(value=int(x[0])))
         return out
     lengths = [len(s) for s in v.slices]
+    if v.reference is not None:
+        out += [XorBase(), SubBase()]
     if v.records:
         op = Records(fields=v.records)
         if all(n % op.record_bytes == 0 for n in lengths):
@@ -137,7 +140,7 @@ def proposals(v: Value) -> list[Production]:
             step = int(first[1]) - int(first[0])
             if np.all(np.diff(first) == first.dtype.type(step % (1 << (8 * first.itemsize)))):
                 out.append(Affine(step=step % (1 << t.bits)))
-    if v.parent == "delta" and t.bits in (8, 16, 32, 64):
+    if v.parent in ("delta", "sub_base") and t.bits in (8, 16, 32, 64):
         out.append(ZigZag())
     if v.depth == 0 and v.row and 1 < v.row < len(x) and all(n % v.row == 0 for n in lengths):
         out.append(Transpose(cols=v.row))

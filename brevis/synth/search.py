@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from ..dsl.operator import Coder, Operator, Production
 from ..dsl.program import Program
+from ..dsl.interpreter import forward
 from ..errors import NotApplicable
 from .prior import Prior
 from .proposals import Value, child_row, proposals
@@ -79,7 +80,8 @@ class Search:
         if key not in v.memo:
             try:
                 types = op.output_types(v.t)
-                per_slice = [op.forward(s, v.t) for s in v.slices]
+                refs = v.reference if v.reference is not None else [None] * len(v.slices)
+                per_slice = [forward(op, s, v.t, r) for s, r in zip(v.slices, refs)]
             except NotApplicable:
                 v.memo[key] = None
             else:

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from brevis.dsl import (REGISTRY, Affine, BitFields, BytePlanes, Constant, Delta, FloatFields, LowZeroBits,
+from brevis.dsl import (REGISTRY, SubBase, XorBase, Affine, BitFields, BytePlanes, Constant, Delta, FloatFields, LowZeroBits,
                         PackBits, Partition, Program, Rank, Raw, Records, RowDedup, Sparse, Transpose, XorDelta, ZigZag,
                         Zstd, encode)
 from brevis.dsl.types import Field, Tensor, tensor
@@ -367,6 +367,16 @@ def records_case(fields: list[list[int]]) -> Case:
                 admit=lambda x, t: x[: len(x) - len(x) % size], refuse=refuse)
 
 
+# ---- against a base tensor (the round trip passes a reference)
+def reference_case(cls) -> Case:
+    def build(t):
+        if not isinstance(t, Tensor):
+            return None
+        return Program.op(cls(), planes_or_leaf(Field(t.bits), 1))
+
+    return Case(cls.id, build)
+
+
 CASES: dict[str, list[Case]] = {
     "raw": [Case("raw", lambda t: Program.leaf(Raw()))],
     "zstd": [zstd_case(z) for z in ZSTD_CONFIGS],
@@ -422,6 +432,8 @@ CASES: dict[str, list[Case]] = {
         partition_case("partition(end bits)", _ends_context),
         partition_case("partition(exponent)", _exponent_context),
     ],
+    "xor_base": [reference_case(XorBase)],
+    "sub_base": [reference_case(SubBase)],
     "records": [records_case(f) for f in ([[1, 1]], [[1, 2], [32, 1]], [[2, 4], [1, 8], [3, 1]], [[1, 2], [1, 1]])],
     "byte_planes": [
         Case("byte_planes", lambda t: leaves_for(BytePlanes(), t)),
@@ -578,7 +590,8 @@ FIELD_PRODUCTIONS = [p for p in sorted(CASES) if any(applicable(p, f) for f in F
 
 
 def test_field_productions():
-    assert set(CASES) - set(FIELD_PRODUCTIONS) == {"float_fields"}  # needs a float tensor
+    # float_fields needs a float tensor; the base operators need a tensor and a reference
+    assert set(CASES) - set(FIELD_PRODUCTIONS) == {"float_fields", "xor_base", "sub_base"}
 
 
 @pytest.mark.parametrize("prod", FIELD_PRODUCTIONS)
