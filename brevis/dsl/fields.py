@@ -192,8 +192,10 @@ class PackBits(Operator):
     def inverse(self, n, t, read):
         per = 8 // t.bits
         packed = read(0, self.packed_length(n, t.bits))
+        if t.bits == 1:
+            return np.unpackbits(packed, bitorder="little")[:n]
         mask = np.uint8((1 << t.bits) - 1)
         lanes = np.empty((len(packed), per), np.uint8)
         for i in range(per):
-            lanes[:, i] = (packed >> np.uint8(i * t.bits)) & mask
+            np.bitwise_and(packed >> np.uint8(i * t.bits), mask, out=lanes[:, i])
         return lanes.reshape(-1)[:n]

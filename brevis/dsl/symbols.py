@@ -66,14 +66,16 @@ class Rank(Operator):
     def inverse(self, n, t, read):
         symbols = self._config["symbols"]
         T = len(symbols)
-        ranks = read(0, n).astype(np.int64)
-        if np.any(ranks > T):
+        ranks = read(0, n)  # small unsigned integers: index the table directly
+        if n and int(ranks.max()) > T:
             raise FormatError("rank: rank above the table")
-        escaped = ranks == T
-        exceptions = read(1, int(np.count_nonzero(escaped)))
         table = np.array(symbols + [0], dtype=t.container)
-        out = table[ranks]
-        out[escaped] = exceptions
+        out = np.take(table, ranks)
+        escaped = ranks == T
+        count = int(np.count_nonzero(escaped))
+        exceptions = read(1, count)
+        if count:
+            out[escaped] = exceptions
         return out
 
 
