@@ -6,6 +6,7 @@
     brevis.inspect("out.brv")
     with brevis.open("out.brv") as ckpt: ckpt["w"]   # one tensor, decoded alone
     brevis.ls("out.brv"); brevis.extract("out.brv", ["w"], "w.safetensors")
+    brevis.compress_many(["run/step-1", "run/step-2"], "archives/", workers=4)  # one archive each
 
 Every failure raises a BrevisError.
 """
@@ -19,8 +20,9 @@ from .access import Archive, extract, ls, open_archive
 from .archive.reader import ArchiveReader
 from .decoder import decompress, verify
 from .encoder import compress
+from .fleet import compress_many
 
-__all__ = ["compress", "decompress", "verify", "inspect", "explain", "learn_prior",
+__all__ = ["compress", "compress_many", "decompress", "verify", "inspect", "explain", "learn_prior",
            "Archive", "open_archive", "ls", "extract"]
 
 

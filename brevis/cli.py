@@ -12,6 +12,7 @@ import signal
 import sys
 import traceback
 from contextlib import contextmanager
+from pathlib import Path
 
 import click
 
@@ -101,6 +102,70 @@ def compress(sources, output, force, effort, prior, explain, base, threads, quie
             found = ", ".join(f"{k} {v}" for k, v in r["search"].items())
             click.echo(f"  {r['dtype']:8s} {r['role']:10s} {r['segments']:5d} segments "
                        f"{_size(r['original_bytes']):>9s} -> {pct:5.1f} %  [{found}]  {top}")
+
+
+@cli.command("compress-many")
+@click.argument("checkpoints", nargs=-1, type=click.Path(path_type=str))
+@click.option("-o", "--output", "outdir", required=True, type=click.Path(path_type=str),
+              help="Folder of the archives: one NAME.brv per checkpoint.")
+@click.option("-m", "--manifest", "manifests", multiple=True, type=click.Path(path_type=str),
+              help="A file listing checkpoints, one a line ('-': standard input; repeatable).")
+@click.option("-w", "--workers", type=click.IntRange(min=1), default=None,
+              help="Worker processes of the local cluster (default: one per core).")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="A running Dask scheduler, e.g. tcp://host:8786 (default: $DASK_SCHEDULER_ADDRESS, "
+                   "else a local cluster).")
+@click.option("--scheduler-file", default=None, type=click.Path(path_type=str),
+              help="The scheduler file of a running Dask cluster (dask scheduler --scheduler-file).")
+@click.option("--engine", type=click.Choice(["auto", "dask", "processes"]), default="auto", show_default=True,
+              help="auto: Dask if installed, else a local process pool.")
+@click.option("--retries", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Times a failed task (an error, a dead worker) is run again.")
+@click.option("-f", "--force", is_flag=True, help="Rewrite archives that exist and verify.")
+@effort_option
+@click.option("--prior", "prior", type=click.Path(path_type=str), default=None,
+              help="Use this prior for the whole fleet (default: learned once on the first checkpoint).")
+@click.option("-j", "--threads", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Threads per task (per checkpoint).")
+@quiet_option
+@json_option
+def compress_many(checkpoints, outdir, manifests, workers, scheduler, scheduler_file, engine, retries,
+                  force, effort, prior, threads, quiet, as_json):
+    """Compress many checkpoints (folders or files) into one archive each, on Dask workers."""
+    from tqdm import tqdm
+
+    from . import fleet
+
+    paths = list(checkpoints)
+    for m in manifests:
+        paths += fleet.read_manifest(m)
+    if not paths:
+        raise click.UsageError("no checkpoints: give folders or files, or --manifest FILE")
+    if engine == "auto" and not (scheduler or scheduler_file) and not fleet.dask_available() and not quiet:
+        click.echo(f"brevis: Dask is not installed (pip install 'brevis[dask]'): using a local process pool "
+                   f"of {workers or default_threads()} workers", err=True)
+    total = sum(c.size for c in fleet.plan_checkpoints(paths, Path(outdir)))
+    disable = quiet or not sys.stderr.isatty()
+    with tqdm(total=total, unit="B", unit_scale=True, desc="compress-many", disable=disable,
+              leave=False, file=sys.stderr) as bar:
+        def progress(r: dict) -> None:
+            bar.update(r["original_bytes"] or 0)
+            if r["status"] == "failed":
+                bar.write(f"brevis: {r['name']}: FAILED: {r['error']}", file=sys.stderr)
+            elif not quiet and not as_json:
+                what = ("skipped (archive exists and verifies)" if r["status"] == "skipped" else
+                        f"{_size(r['original_bytes'])} -> {_size(r['archive_bytes'])} "
+                        f"({100 * (r['ratio'] or 0):.1f} %) in {r['seconds']:.1f} s, verified")
+                bar.write(f"{r['archive']}: {what}", file=sys.stdout)
+
+        s = fleet.compress_many(paths, outdir, engine=engine, workers=workers, scheduler=scheduler,
+                                scheduler_file=scheduler_file, retries=retries, force=force, effort=effort,
+                                prior=prior, threads=threads, progress=progress)
+    where = f"{s['engine']} at {s['scheduler']}" if s["scheduler"] else s["engine"]
+    _emit(as_json, quiet, s, f"{outdir}: {s['compressed']} compressed, {s['skipped']} skipped, "
+          f"{s['failed']} failed; {s['workers']} workers ({where}) in {s['seconds']:.1f} s")
+    if not s["ok"]:
+        raise BrevisError(f"{s['failed']} of {len(s['checkpoints'])} checkpoints failed")
 
 
 @cli.group()

@@ -1,0 +1,512 @@
+"""Fleets of checkpoints: one archive per checkpoint, spread over an engine.
+
+    brevis.compress_many(["run/step-1000", "run/step-2000"], "archives/", workers=4)
+
+The work runs on Dask (`pip install 'brevis[dask]'`): a local cluster of
+worker processes by default, or an existing cluster (`scheduler=` a
+scheduler address, `scheduler_file=`, or Dask's own DASK_SCHEDULER_ADDRESS).
+Without Dask, a local process pool (concurrent.futures) runs the same
+tasks with the same semantics. The unit of work is a whole checkpoint.
+
+1. Checkpoints are named (NAME.brv from the folder or file name; two
+   checkpoints with one name are an error) and, unless `force`, the
+   archives already in the output folder are verified against their
+   sources on the workers: those that verify are skipped.
+2. One production prior serves the whole fleet: the one given, else the
+   one stored in an archive that verified (so a re-run keeps the fleet's
+   prior), else one learned (on a worker) on the first checkpoint to do.
+   Its JSON goes to every task.
+3. Each checkpoint is compressed by brevis.compress on a worker (an
+   archive appears only complete: written to a temporary, then renamed),
+   then verified there against its source; an archive that does not
+   verify is removed. Failed tasks (exceptions, killed workers) are
+   retried by the engine; deterministic errors (a damaged source) are
+   reported at once. At the end the driver removes the temporaries that
+   killed workers left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sys
+import time
+import uuid
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from .errors import BrevisError, InvalidArgument, IOFailure
+from .parallel import default_threads
+from .sources import collect
+from .synth.planner import DEFAULT_EFFORT
+from .synth.prior import Prior
+
+SUFFIX = ".brv"
+DEFAULT_RETRIES = 3
+ENGINES = ("auto", "dask", "processes")
+
+
+# ------------------------------------------------------------ worker tasks
+# Plain module functions: the engines pickle them by reference, so workers
+# need Brevis installed (the same version as the driver).
+
+def _error(e: BaseException) -> str:
+    if isinstance(e, BrevisError):
+        return f"{e.kind}: {e}"
+    return f"{type(e).__name__}: {e}"
+
+
+def verify_task(source: str, archive: str, threads: int) -> dict:
+    """Does an existing archive decode and match its source?"""
+    import brevis
+
+    start = time.perf_counter()
+    try:
+        r = brevis.verify(archive, sources=[source], threads=threads)
+    except BrevisError as e:  # damaged, truncated: not a usable archive
+        return {"ok": False, "error": _error(e), "seconds": time.perf_counter() - start}
+    problem = r["problems"][0] if r["problems"] else None
+    return {"ok": r["ok"], "original_bytes": r["bytes"], "seconds": time.perf_counter() - start,
+            "error": None if problem is None else
+            f"{': '.join(str(x) for x in (problem['file'], problem['segment']) if x)}: {problem['error']}"}
+
+
+def learn_task(source: str, effort: int, threads: int) -> str:
+    """The prior of one checkpoint, as JSON text."""
+    import brevis
+
+    return json.dumps(brevis.learn_prior([source], effort=effort, threads=threads).to_json())
+
+
+def compress_task(source: str, archive: str, prior_json: str | None, effort: int, threads: int) -> dict:
+    """Compress one checkpoint with the fleet's prior, then verify the archive.
+
+    Errors a retry cannot fix (BrevisError other than I/O) come back in the
+    result; anything else (I/O, memory, a bug) is raised for the engine to retry.
+    """
+    import brevis
+
+    start = time.perf_counter()
+    prior = Prior.from_json(json.loads(prior_json)) if prior_json else None
+    try:
+        # force: the driver decided this archive is to be (re)written; a retry
+        # may also find the archive of an attempt that died after its rename.
+        s = brevis.compress([source], archive, threads=threads, force=True, effort=effort, prior=prior)
+    except IOFailure:
+        raise
+    except BrevisError as e:
+        return {"error": _error(e), "seconds": time.perf_counter() - start}
+    r = verify_task(source, archive, threads)
+    out = {"original_bytes": s["original_bytes"], "archive_bytes": s["archive_bytes"],
+           "verified": r["ok"], "error": None, "seconds": time.perf_counter() - start}
+    if not r["ok"]:  # never leave an archive that does not give the source back
+        Path(archive).unlink(missing_ok=True)
+        out["error"] = f"verification failed, archive removed: {r['error']}"
+    return out
+
+
+# ------------------------------------------------------------ engines
+@dataclass
+class Task:
+    tag: Any  # the caller's handle for the result
+    fn: Callable
+    args: tuple
+    kind: str = "task"  # for the engine's task names
+    attempts: int = 0
+
+
+class Engine:
+    """Runs tasks on workers and yields (task, ok, result or exception) as they finish."""
+
+    name = "engine"
+    address: str | None = None
+
+    def run(self, tasks: Iterable[Task]) -> Iterator[tuple[Task, bool, Any]]:
+        raise NotImplementedError
+
+    @property
+    def workers(self) -> int:
+        raise NotImplementedError
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the workers (on this machine for a local engine)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def dask_available() -> bool:
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class DaskEngine(Engine):
+    """A Dask client: on a new local cluster, or on an existing scheduler.
+
+    Task exceptions are retried `retries` times (Client.submit(retries=));
+    tasks whose worker died are rescheduled by the scheduler up to its
+    `distributed.scheduler.allowed-failures` (set to `retries` on a local
+    cluster; a remote scheduler keeps its own setting).
+    """
+
+    name = "dask"
+
+    def __init__(self, workers: int | None = None, scheduler: str | None = None,
+                 scheduler_file: str | None = None, retries: int = DEFAULT_RETRIES):
+        import logging
+
+        import dask
+        from distributed import Client, LocalCluster
+
+        self.retries = retries
+        self.cluster = None
+        address = scheduler or (None if scheduler_file else dask.config.get("scheduler-address", None))
+        try:
+            if address or scheduler_file:
+                self.client = Client(address, scheduler_file=scheduler_file, timeout="30s")
+            else:
+                with dask.config.set({"distributed.scheduler.allowed-failures": retries}):
+                    self.cluster = LocalCluster(n_workers=workers or default_threads(), threads_per_worker=1,
+                                                processes=True, dashboard_address=None,
+                                                silence_logs=logging.ERROR)
+                self.client = Client(self.cluster)
+        except (OSError, TimeoutError, ValueError) as e:
+            if self.cluster is not None:
+                self.cluster.close()
+            where = address or scheduler_file or "a local cluster"
+            raise InvalidArgument(f"cannot reach the Dask scheduler ({where}): {e}") from None
+        self.address = self.client.scheduler.address
+
+    @property
+    def workers(self) -> int:
+        return len(self.client.scheduler_info().get("workers", {}))
+
+    def worker_pids(self) -> list[int]:
+        return list(self.client.run(os.getpid).values())
+
+    def run(self, tasks):
+        from distributed import as_completed
+
+        futures = {}
+        for t in tasks:
+            key = f"brevis-{t.kind}-{uuid.uuid4().hex[:12]}"
+            futures[self.client.submit(t.fn, *t.args, key=key, pure=False, retries=self.retries)] = t
+        try:
+            for f in as_completed(list(futures)):
+                t = futures[f]
+                try:
+                    yield t, True, f.result()
+                except Exception as e:  # retries exhausted, KilledWorker
+                    yield t, False, e
+        finally:
+            self.client.cancel([f for f in futures if not f.done()])
+
+    def close(self) -> None:
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+class ProcessEngine(Engine):
+    """A local process pool with Dask's semantics: a failed task (an exception
+    or a dead worker) is run again, up to `retries` more times. A dead worker
+    breaks a ProcessPoolExecutor (every task in flight fails), so the pool is
+    replaced and the tasks in flight are submitted again."""
+
+    name = "processes"
+
+    def __init__(self, workers: int | None = None, retries: int = DEFAULT_RETRIES):
+        self.size = workers or default_threads()
+        self.retries = retries
+        method = "forkserver" if sys.platform.startswith("linux") else "spawn"
+        self.context = multiprocessing.get_context(method)
+        self.generation = 0
+        self.executor = self._new_pool()
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(self.size, mp_context=self.context)
+
+    @property
+    def workers(self) -> int:
+        return self.size
+
+    def worker_pids(self) -> list[int]:
+        return list(self.executor._processes or {})  # started lazily; a pid per live process
+
+    def run(self, tasks):
+        pending: dict = {}
+
+        def submit(t: Task) -> None:
+            t.attempts += 1
+            pending[self.executor.submit(t.fn, *t.args)] = (t, self.generation)
+
+        for t in tasks:
+            submit(t)
+        try:
+            while pending:
+                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                again = []
+                for f in done:
+                    t, generation = pending.pop(f)
+                    try:
+                        result = f.result()
+                    except Exception as e:
+                        if isinstance(e, BrokenProcessPool) and generation == self.generation:
+                            self.executor.shutdown(wait=False, cancel_futures=True)
+                            self.generation += 1
+                            self.executor = self._new_pool()
+                        if t.attempts <= self.retries:
+                            again.append(t)
+                        else:
+                            yield t, False, e
+                        continue
+                    yield t, True, result
+                for t in again:
+                    submit(t)
+        finally:
+            for f in pending:
+                f.cancel()
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
+
+
+def open_engine(engine: str = "auto", workers: int | None = None, scheduler: str | None = None,
+                scheduler_file: str | None = None, retries: int = DEFAULT_RETRIES) -> Engine:
+    """Dask when installed (or asked for), else a local process pool."""
+    if engine not in ENGINES:
+        raise InvalidArgument(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    if workers is not None and workers < 1:
+        raise InvalidArgument("workers must be at least 1")
+    if retries < 0:
+        raise InvalidArgument("retries must be 0 or more")
+    remote = scheduler or scheduler_file
+    if engine == "processes" and remote:
+        raise InvalidArgument("a scheduler needs the dask engine, not a local process pool")
+    if engine == "dask" or remote or (engine == "auto" and dask_available()):
+        if not dask_available():
+            raise InvalidArgument("Dask is not installed: pip install 'brevis[dask]'")
+        return DaskEngine(workers, scheduler, scheduler_file, retries)
+    return ProcessEngine(workers, retries)
+
+
+# ------------------------------------------------------------ checkpoints
+@dataclass
+class Checkpoint:
+    name: str
+    source: Path
+    archive: Path
+    size: int  # bytes of its files
+    error: str | None = None  # why it cannot be archived (found before any task runs)
+
+    def report(self, **kw) -> dict:
+        r = {"name": self.name, "source": str(self.source), "archive": str(self.archive),
+             "status": None, "original_bytes": self.size, "archive_bytes": None, "ratio": None,
+             "seconds": None, "verified": False, "error": None}
+        r.update(kw)
+        if r["archive_bytes"] is not None and r["original_bytes"]:
+            r["ratio"] = r["archive_bytes"] / r["original_bytes"]
+        return r
+
+
+def read_manifest(path: str | os.PathLike) -> list[str]:
+    """Checkpoints listed one a line ('-': standard input); blank lines and
+    lines starting with # are skipped; relative paths are relative to the
+    manifest's folder."""
+    try:
+        text = sys.stdin.read() if str(path) == "-" else Path(path).read_text()
+    except OSError as e:
+        raise InvalidArgument(f"cannot read manifest {path}: {e.strerror}") from None
+    base = Path.cwd() if str(path) == "-" else Path(path).parent
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            out.append(str(base / line) if not os.path.isabs(line) else line)
+    return out
+
+
+def checkpoint_name(path: Path) -> str:
+    """NAME of NAME.brv: a folder's name, or a file's name without its last suffix."""
+    p = Path(os.path.abspath(path))
+    name = p.name if p.is_dir() else (p.stem or p.name)
+    if not name:
+        raise InvalidArgument(f"{path}: cannot name an archive after it")
+    return name
+
+
+def plan_checkpoints(paths: list[str | os.PathLike], outdir: Path) -> list[Checkpoint]:
+    if not paths:
+        raise InvalidArgument("no checkpoints given")
+    out_abs = outdir.resolve()
+    seen: dict[str, Path] = {}
+    checkpoints = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise InvalidArgument(f"{p}: no such file or folder")
+        if p.is_dir() and (out_abs == p.resolve() or out_abs.is_relative_to(p.resolve())):
+            raise InvalidArgument(f"the output folder {outdir} is inside the checkpoint {p}")
+        name = checkpoint_name(p)
+        key = name.casefold()  # one name on a case-insensitive filesystem
+        if key in seen:
+            other = seen[key]
+            if other.resolve() == p.resolve():
+                raise InvalidArgument(f"checkpoint {p} is listed twice")
+            raise InvalidArgument(f"checkpoints {other} and {p} would both be archived as "
+                                  f"{name}{SUFFIX}: rename one or archive them in separate runs")
+        seen[key] = p
+        try:
+            files, _ = collect([p])
+            size, error = sum(s.path.stat().st_size for s in files), None
+        except (BrevisError, OSError) as e:  # reported as this checkpoint's failure
+            size, error = 0, _error(e) if isinstance(e, BrevisError) else f"cannot read {p}: {e.strerror}"
+        checkpoints.append(Checkpoint(name, p, outdir / f"{name}{SUFFIX}", size, error))
+    return checkpoints
+
+
+def _archive_prior(archive: Path) -> dict | None:
+    from .archive.reader import ArchiveReader
+
+    try:
+        with ArchiveReader(archive) as reader:
+            prior = reader.index.prior
+        return prior if prior and Prior.from_json(prior).learned else None
+    except BrevisError:
+        return None
+
+
+# ------------------------------------------------------------ the driver
+def compress_many(checkpoints: list[str | os.PathLike], outdir: str | os.PathLike, *,
+                  engine: str | Engine = "auto", workers: int | None = None, scheduler: str | None = None,
+                  scheduler_file: str | None = None, retries: int = DEFAULT_RETRIES, force: bool = False,
+                  effort: int = DEFAULT_EFFORT, prior: Prior | str | os.PathLike | None = None,
+                  threads: int = 1, progress: Callable[[dict], None] | None = None) -> dict:
+    """Archive each checkpoint (folder or file) into OUTDIR/NAME.brv.
+
+    `engine`: "auto" (Dask if installed, else a process pool), "dask",
+    "processes", or an open Engine (left open). `threads`: threads per
+    task inside brevis.compress. `progress(report)` is called as each
+    checkpoint finishes. Returns a summary with a report per checkpoint
+    (name, source, archive, status compressed/skipped/failed, sizes,
+    ratio, seconds, verified, error); "ok" is True when none failed.
+    """
+    from .archive.writer import remove_stale
+
+    start = time.perf_counter()
+    out = Path(outdir)
+    if out.exists() and not out.is_dir():
+        raise InvalidArgument(f"{out} is not a folder")
+    fleet = plan_checkpoints(list(checkpoints), out)
+    if prior is not None and not isinstance(prior, Prior):
+        prior = Prior.load(prior)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise IOFailure(f"cannot create {out}: {e.strerror}") from None
+    own = not isinstance(engine, Engine)
+    eng = open_engine(engine, workers, scheduler, scheduler_file, retries) if own else engine
+    reports: dict[str, dict] = {}
+
+    def done(c: Checkpoint, report: dict) -> None:
+        reports[c.name] = report
+        if progress:
+            progress(report)
+
+    prior_info: dict = {"source": None, "samples": None}
+    try:
+        for c in fleet:
+            if c.error:
+                done(c, c.report(status="failed", error=c.error))
+        # 1. Skip what is already archived and verifies.
+        todo = [c for c in fleet if not c.error and (force or not c.archive.exists())]
+        existing = [c for c in fleet if not c.error and c not in todo]
+        verified = []
+        for t, ok, r in eng.run(Task(c, verify_task, (str(c.source), str(c.archive), threads), "verify")
+                                for c in existing):
+            if ok and r["ok"]:
+                verified.append(t.tag)
+                done(t.tag, t.tag.report(status="skipped", verified=True, seconds=r["seconds"],
+                                         archive_bytes=t.tag.archive.stat().st_size))
+            else:
+                todo.append(t.tag)
+        todo.sort(key=fleet.index)
+
+        # 2. One prior for the fleet.
+        prior_json = None
+        if todo and effort > 0:
+            if prior is not None:
+                prior_json, prior_info = json.dumps(prior.to_json()), {"source": "given", "samples": prior.samples}
+            else:
+                for c in sorted(verified, key=fleet.index):
+                    stored = _archive_prior(c.archive)
+                    if stored is not None:
+                        prior_json = json.dumps(stored)
+                        prior_info = {"source": f"archive {c.archive.name}", "samples": stored.get("samples")}
+                        break
+                else:
+                    first = todo[0]
+                    for _, ok, r in eng.run([Task(first, learn_task, (str(first.source), effort, threads),
+                                                  "learn")]):
+                        if ok:
+                            prior_json = r
+                            prior_info = {"source": f"learned on {first.name}",
+                                          "samples": json.loads(r).get("samples")}
+                        else:  # each checkpoint then learns its own
+                            prior_info = {"source": None, "samples": None, "error": _error(r)}
+
+        # 3. Compress and verify.
+        for t, ok, r in eng.run(Task(c, compress_task, (str(c.source), str(c.archive), prior_json, effort,
+                                                        threads), "compress") for c in todo):
+            c = t.tag
+            if not ok:
+                r = {"error": f"failed after retries: {_error(r)}"}
+            if r.get("error"):
+                done(c, c.report(status="failed", error=r["error"], seconds=r.get("seconds")))
+            else:
+                done(c, c.report(status="compressed", verified=r["verified"], seconds=r["seconds"],
+                                 original_bytes=r["original_bytes"], archive_bytes=r["archive_bytes"]))
+        workers_seen = eng.workers
+    finally:
+        if own:
+            eng.close()
+        # Temporaries of killed workers (their lock died with them).
+        cleaned = []
+        now = time.time_ns() + 1
+        for c in fleet:
+            cleaned += remove_stale(out, c.archive.name, now)
+
+    ordered = [reports[c.name] for c in fleet]
+    seconds = time.perf_counter() - start
+    compressed = [r for r in ordered if r["status"] == "compressed"]
+    original = sum(r["original_bytes"] or 0 for r in compressed)
+    return {
+        "outdir": str(out),
+        "engine": eng.name,
+        "scheduler": eng.address,
+        "workers": workers_seen,
+        "prior": prior_info,
+        "checkpoints": ordered,
+        "compressed": len(compressed),
+        "skipped": sum(r["status"] == "skipped" for r in ordered),
+        "failed": sum(r["status"] == "failed" for r in ordered),
+        "original_bytes": sum(r["original_bytes"] or 0 for r in ordered),
+        "archive_bytes": sum(r["archive_bytes"] or 0 for r in ordered),
+        "cleaned_partials": [str(p) for p in cleaned],
+        "seconds": seconds,
+        "throughput_mb_s": original / seconds / 1e6 if seconds else None,
+        "ok": all(r["status"] != "failed" for r in ordered),
+    }
