@@ -51,7 +51,7 @@ class Effort:
 EFFORTS = {
     0: Effort(0, 0, 0, 0, 1, 4096),
     1: Effort(1, 64, 8, 300, 4, 16384),
-    2: Effort(2, 400, 16, 1500, 4, 65536),
+    2: Effort(2, 400, 12, 1000, 4, 65536),
     3: Effort(3, 2000, 32, 5000, 16, 32768),
 }
 DEFAULT_EFFORT = 2
@@ -161,7 +161,8 @@ class Planner:
 
     def learn_one(self, seg: SegmentInfo):
         """Wide search with a uniform prior on one representative tensor."""
-        budget = Budget(self.effort.learn_expansions, self.effort.seconds)
+        expansions = min(self.effort.learn_expansions, max(64, 4 * seg.length // BYTES_PER_EXPANSION))
+        budget = Budget(expansions, self.effort.seconds)
         root, scale = self.root(seg)
         return search(root, Prior(), seg.role, scale, seg.chunks, budget)
 

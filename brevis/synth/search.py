@@ -24,12 +24,13 @@ import itertools
 import time
 from dataclasses import dataclass
 
+from ..dsl import BytePlanes, FloatFields, Tensor
 from ..dsl.operator import Coder, Operator, Production
 from ..dsl.program import Program
 from ..dsl.interpreter import forward
 from ..errors import NotApplicable
 from .prior import Prior
-from .proposals import Value, child_row, proposals
+from .proposals import CODERS, Value, child_row, proposals
 
 STREAM_INDEX_BYTES = 6  # what one stream location costs in the (compressed) index
 
@@ -146,8 +147,30 @@ class Search:
         v.memo["best"] = result
         return result
 
+    def baseline(self, v: Value) -> tuple[float, Program]:
+        """A fixed pipeline, costed without spending budget: float fields
+        (exponent, sign+mantissa) or byte planes, each leaf its best coder.
+        A search cut short by its budget never returns worse than this."""
+        leaf = min(((self.leaf_cost(v, c), Program.leaf(c)) for c in CODERS), key=lambda cp: cp[0])
+        if isinstance(v.t, Tensor) and v.t.dtype.is_float and v.t.bits > 8:
+            op: Operator = FloatFields(grouping="e|sm")
+        elif v.t.bits > 8:
+            op = BytePlanes()
+        else:
+            return leaf
+        kids = self.children(v, op)
+        if not kids:
+            return leaf
+        solved = [self.baseline(c) for c in kids]
+        split = (sum(cost for cost, _ in solved), Program.op(op, *(p for _, p in solved)))
+        return min(leaf, split, key=lambda cp: cp[0])
+
     def run(self, root: Value) -> SearchResult:
         cost, program = self.solve(root)
+        if self.exhausted:
+            fixed_cost, fixed = self.baseline(root)
+            if fixed_cost < cost:
+                cost, program = fixed_cost, fixed
         return SearchResult(program, cost, self.expanded, self.generated, self.exhausted)
 
 
