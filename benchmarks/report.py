@@ -31,7 +31,7 @@ def markdown(res: dict) -> str:
     out = [
         "# Brevis benchmark\n",
         f"{res['date']} · brevis {res.get('brevis_revision') or '?'} · `uname -m` {m['arch']} · nproc {m['nproc']} · threads {res['threads']} · "
-        f"Python {m['python']} · load average {m['loadavg_1min'][0]} at start, {m['loadavg_1min'][1]} at end · {len(items)} items, {total / 1e6:.1f} MB ({res['corpus']})\n",
+        f"Python {m['python']} · {_load(m.get('loadavg_1min'))} · {len(items)} items, {total / 1e6:.1f} MB ({res['corpus']})\n",
         "Ratio = compressed / original (lower is better). Throughput = MB (10^6 bytes) of original data "
         "per second of wall clock, file reads and writes included. Peak = peak RSS of the process that "
         "ran the codec, in MiB; baseline = the same process after importing the codec's library only. "
@@ -101,6 +101,14 @@ def markdown(res: dict) -> str:
     return "\n".join(out)
 
 
+def _load(load) -> str:
+    if isinstance(load, dict):
+        return f"1-min load average {load['min']}-{load['max']} (mean {load['mean']}) over the run"
+    if isinstance(load, list):  # older results: at the start and the end
+        return f"load average {load[0]} at start, {load[1]} at end"
+    return "load average not recorded"
+
+
 def _label(codecs: list[dict], name: str) -> str:
     return next((c["label"] for c in codecs if c["name"] == name), name)
 
@@ -122,7 +130,11 @@ def plot(res: dict, path: Path) -> str | None:
         o = res["overall"][c["name"]]
         if "ratio" not in o:
             continue
-        label = c["label"] + ("" if o["items"] == n_items else f" ({o['items']}/{n_items} items)")
+        label = c["label"]
+        if o["items"] < n_items:
+            label += f" ({o['items']}/{n_items} items"
+            brevis_same = o.get("same_items", {}).get("brevis")
+            label += f"; Brevis {brevis_same:.3f} on them)" if brevis_same and c["name"] != "brevis" else ")"
         brevis = c["name"] == "brevis"
         color = BREVIS_COLOR if brevis else next(others, "black")
         ax.scatter(o["compress_mb_s"], o["ratio"], s=90 if brevis else 50, color=color, zorder=3)
@@ -154,6 +166,7 @@ def _label_points(fig, ax, points) -> None:
     offsets = [(6, 5, "left"), (6, -14, "left"), (-6, 5, "right"), (-6, -14, "right"), (6, 16, "left"),
                (6, -25, "left")]
     fig.canvas.draw()
+    frame = ax.get_window_extent()
     r = 5  # a marker's half-size in pixels, roughly
     placed = [Bbox.from_extents(px - r, py - r, px + r, py + r)
               for px, py in ax.transData.transform([(x, y) for x, y, *_ in points])]
@@ -162,7 +175,8 @@ def _label_points(fig, ax, points) -> None:
             t = ax.annotate(label, (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha, fontsize=9,
                             fontweight="bold" if bold else "normal")
             box = t.get_window_extent(fig.canvas.get_renderer())
-            if not any(box.overlaps(b) for b in placed):
+            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            if inside and not any(box.overlaps(b) for b in placed):
                 break
             t.remove()
         else:

@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="brevis-bench-", dir=args.tmp))
     failures = []
-    load_start = os.getloadavg()[0]
+    loads = [os.getloadavg()[0]]  # sampled before every codec run
     try:
         baseline = {}
         for c in codecs:
@@ -215,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             item["entropy_ratio"] = item["entropy_bytes"] / orig if orig else None
             log(f"{item['name']}: {orig / 1e6:.1f} MB, order-0 per-field entropy {item['entropy_ratio']:.4f}")
             for c in codecs:
+                loads.append(os.getloadavg()[0])
                 r = bench_codec(c, item, hashes, args.threads, scratch)
                 item["results"][c.name] = r
                 if r["status"] == "ok":
@@ -232,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"arch": platform.machine(), "nproc": threads_available(), "python": platform.python_version(),
-                    "loadavg_1min": [round(load_start, 2), round(os.getloadavg()[0], 2)]},
+                    "loadavg_1min": {"min": round(min(loads), 2), "mean": round(sum(loads) / len(loads), 2),
+                                     "max": round(max(loads), 2)}},
         "threads": args.threads,
         "brevis_revision": revision(),
         "corpus": str(args.corpus),
