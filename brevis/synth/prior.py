@@ -19,8 +19,11 @@ from ..dsl.program import Program
 from ..dsl.types import Field, Tensor
 from ..errors import InvalidArgument
 
-SMOOTHING = 0.5  # add-alpha: an unseen production stays possible, just dear
-PRUNE_BELOW = 0.02  # a learned prior drops proposals less likely than this
+SMOOTHING = 0.1  # add-alpha: an unseen production stays possible, just dear
+# Where the prior has seen the context, operators less likely than this share
+# of the likeliest production are not tried (coders always are: they are cheap
+# and close a value).
+PRUNE_BELOW = 0.2
 
 
 def value_kind(t: Field) -> str:
@@ -57,8 +60,13 @@ class Prior:
         total = sum(weights.values())
         return {i: w / total for i, w in weights.items()}
 
-    def keep(self, probability: float) -> bool:
-        return not self.learned or probability >= PRUNE_BELOW
+    def informed(self, ctx: str) -> bool:
+        """Whether the prior has counts for this context (or its any-role fallback)."""
+        return self._table(ctx) is not None
+
+    @staticmethod
+    def keep(probability: float, likeliest: float) -> bool:
+        return probability >= PRUNE_BELOW * likeliest
 
     @staticmethod
     def bits(probability: float) -> float:

@@ -101,7 +101,10 @@ class Search:
         ids = sorted({p.id for p in props})
         probs = self.prior.probabilities(ctx, ids)
         share = {i: sum(1 for p in props if p.id == i) for i in ids}
-        out = [(p, Prior.bits(probs[p.id] / share[p.id]) / 8) for p in props if self.prior.keep(probs[p.id])]
+        prune = self.prior.informed(ctx)
+        likeliest = max(probs.values())
+        out = [(p, Prior.bits(probs[p.id] / share[p.id]) / 8) for p in props
+               if not prune or isinstance(p, Coder) or Prior.keep(probs[p.id], likeliest)]
         if not any(isinstance(p, Coder) for p, _ in out):  # a value must always be closable
             best = max((p for p in props if isinstance(p, Coder)), key=lambda c: probs[c.id])
             out.append((best, Prior.bits(probs[best.id] / share[best.id]) / 8))
