@@ -131,11 +131,12 @@ def decompress(archive, output=None, *, threads: int = 1, force: bool = False,
         if index.original_bytes > free:
             raise IOFailure(f"{out}: needs {index.original_bytes} bytes, {free} free on disk")
         started = time.time_ns()
+        stage = lock = None
         try:
-            stage, lock = make_temp(where, out.name, folder=True)
-        except OSError as e:
-            raise io_failure(e, f"cannot write {out}") from None
-        try:
+            try:
+                stage, lock = make_temp(where, out.name, folder=True)
+            except OSError as e:
+                raise io_failure(e, f"cannot write {out}") from None
             remove_stale(where, out.name, started)
             with Pool(threads) as pool:
                 for entry in index.files:
@@ -156,8 +157,10 @@ def decompress(archive, output=None, *, threads: int = 1, force: bool = False,
                     raise io_failure(e, f"cannot write {out / d}") from None
             _move_into_place(stage, out, index, force)
         finally:
-            shutil.rmtree(stage, ignore_errors=True)
-            os.close(lock)
+            if stage is not None:
+                shutil.rmtree(stage, ignore_errors=True)
+            if lock is not None:
+                os.close(lock)
     seconds = time.perf_counter() - start
     return {"archive": str(archive), "output": str(out), "files": len(index.files),
             "bytes": index.original_bytes, "seconds": seconds}

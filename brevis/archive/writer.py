@@ -19,8 +19,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -63,18 +65,48 @@ def lock_temp(fd: int, path: Path) -> bool:
 
 
 def make_temp(parent: Path, name: str, folder: bool = False) -> tuple[Path, int]:
-    """A locked temporary file (or folder) for NAME in parent: (path, fd holding the lock)."""
+    """A locked temporary file (or folder) for NAME in parent: (path, fd holding the lock).
+
+    Ctrl-C and SIGTERM are held back while it is made (in the main thread),
+    so an interruption cannot fall between its creation and the caller's
+    cleanup: it is raised here, after the temporary is removed again, or
+    once the caller holds it.
+    """
     prefix = temp_prefix(name)
-    while True:
-        if folder:
-            path = Path(tempfile.mkdtemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=parent))
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        else:
-            fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=parent)
-            path = Path(tmp)
-        if lock_temp(fd, path):
-            return path, fd
-        os.close(fd)
+    held = _hold_signals()
+    path = fd = None
+    try:
+        while True:
+            if folder:
+                path = Path(tempfile.mkdtemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=parent))
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+            else:
+                fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=parent)
+                path = Path(tmp)
+            if lock_temp(fd, path):
+                break
+            os.close(fd)
+            path = fd = None
+        if held is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a pending Ctrl-C is raised here
+            held = None
+        return path, fd
+    except BaseException:
+        if fd is not None:
+            os.close(fd)
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True) if folder else path.unlink(missing_ok=True)
+        raise
+    finally:
+        if held is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _hold_signals():
+    """Block SIGINT and SIGTERM in the main thread; the previous mask, or None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def remove_stale(parent: Path, name: str, before_ns: int) -> list[Path]:
@@ -131,12 +163,15 @@ class ArchiveWriter:
             self.tmp, fd = make_temp(parent, self.path.name)
         except OSError as e:
             raise io_failure(e, f"cannot write {self.path}") from None
-        self.file = os.fdopen(fd, "wb")  # closing it releases the lock
+        self.file = None
         self.offset = 0
         try:
+            self.file = os.fdopen(fd, "wb")  # closing it releases the lock
             remove_stale(parent, self.path.name, started)
             self._write(pack_header())
         except BaseException:
+            if self.file is None:
+                os.close(fd)
             self.abort()
             raise
         assert self.offset == HEADER_SIZE
@@ -177,7 +212,8 @@ class ArchiveWriter:
 
     def abort(self) -> None:
         try:
-            self.file.close()
+            if self.file is not None:
+                self.file.close()
         except OSError:
             pass
         self.tmp.unlink(missing_ok=True)
