@@ -34,7 +34,7 @@ from robust_util import ENV, PTH
 from helpers import tree, write_safetensors
 
 FAST = [("INT", 0.05), ("INT", 0.4), ("TERM", 0.25), ("KILL", 0.25)]
-SLOW = [(s, d) for s in ("INT", "TERM", "KILL") for d in (0.0, 0.1, 0.3, 0.6, 0.9)]
+SLOW = [(s, d) for s in ("INT", "TERM", "KILL") for d in (0.0, 0.1, 0.2, 0.35, 0.5)]
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +94,12 @@ def check_compress_interrupted(source: Path, tmp_path: Path, sig: str, delay: fl
     p = start("compress", source, "-o", out, "-j", "2", "-q")
     rc, err, elapsed, seen_early = signal_midway(p, tmp_path, out.name, sig, delay, out)
     assert tree(source) == before, "a source changed"
-    if rc == 0:  # finished before the signal: then the archive is complete
+    if rc == 0 or seen_early:  # renamed into place before the signal: complete
         assert brevis.verify(out, [source], threads=2)["ok"]
+        # 130, or killed by the signal itself when it came during interpreter shutdown
+        assert rc in (0, 130, -getattr(signal, f"SIG{sig}")), rc
+        assert temporaries(tmp_path, out.name) == []
         return
-    assert not seen_early
     if sig == "KILL":
         assert rc == -signal.SIGKILL
         assert not os.path.lexists(out), "a killed run left its output path"
@@ -174,7 +176,7 @@ def check_decompress_interrupted(source: Path, archive: Path, tmp_path: Path, si
     if rc == 0 or os.path.lexists(out):  # the rename happened: the tree is whole
         assert tree(out) == tree(source)
         return
-    assert not seen_early
+    assert not seen_early  # (it would still be there)
     if sig == "KILL":
         assert rc == -signal.SIGKILL
         left = temporaries(tmp_path, out.name)

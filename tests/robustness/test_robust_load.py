@@ -3,7 +3,7 @@ processes reading one archive at once.
 
 Timings are printed (pytest -s) and checked only loosely: the point is
 linear growth, not speed on a given machine. Per-item time at 10x the
-items must stay under 3x the smaller run's (quadratic work would give 10x).
+items must stay under 4x the smaller run's (quadratic work would give 10x).
 """
 
 from __future__ import annotations
@@ -75,9 +75,9 @@ def tensor_run(tmp_path: Path, count: int) -> dict:
 
 def check_linear(small: dict, large: dict, factor: int) -> None:
     for step in small:
-        per_small = small[step] / 1
+        per_small = small[step]
         per_large = large[step] / factor
-        assert per_large < 3 * per_small + 0.05, (
+        assert per_large < 4 * per_small + 0.05, (
             f"{step}: {large[step]:.1f} s for {factor}x the items vs {small[step]:.1f} s: not linear")
 
 
