@@ -28,6 +28,19 @@ def _check_ranges(groups: list) -> None:
             raise ProgramError("bit_fields: a group is wider than 64 bits")
 
 
+def check_tiling(groups: list, t: Field, who: str) -> None:
+    """ProgramError unless the bit ranges of the groups tile t's word exactly."""
+    pos = 0
+    for low, width in sorted(r for g in groups for r in g):
+        if low != pos:
+            break
+        pos += width
+    else:
+        if pos == t.bits:
+            return
+    raise ProgramError(f"{who}: ranges do not tile a {t.bits}-bit word")
+
+
 def _split(x: np.ndarray, groups: list[list[list[int]]]) -> list[np.ndarray]:
     word = x.dtype.type
     out = []
@@ -72,14 +85,7 @@ class BitFields(Operator):
 
     def output_types(self, t: Field) -> list[Field]:
         groups = self.groups(t)
-        covered = sorted(r for g in groups for r in g)
-        pos = 0
-        for low, width in covered:
-            if low != pos:
-                raise ProgramError(f"{self.id}: ranges do not tile a {t.bits}-bit word")
-            pos += width
-        if pos != t.bits:
-            raise ProgramError(f"{self.id}: ranges do not tile a {t.bits}-bit word")
+        check_tiling(groups, t, self.id)
         return [Field(sum(w for _, w in g)) for g in groups]
 
     def forward(self, x, t):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import FormatError, ProgramError
-from .fields import _check_ranges, _join, _split
+from .fields import _check_ranges, _join, _split, check_tiling
 from .operator import Operator, register
 from .types import Field
 
@@ -115,14 +115,7 @@ class Partition(Operator):
         return [self._config["context"], self._config["rest"]]
 
     def output_types(self, t):
-        ranges = sorted(r for g in self._groups() for r in g)
-        pos = 0
-        for low, width in ranges:
-            if low != pos:
-                raise ProgramError(f"partition: ranges do not tile a {t.bits}-bit word")
-            pos += width
-        if pos != t.bits:
-            raise ProgramError(f"partition: ranges do not tile a {t.bits}-bit word")
+        check_tiling(self._groups(), t, self.id)
         context = Field(sum(w for _, w in self._config["context"]))
         rest = Field(sum(w for _, w in self._config["rest"]))
         return [context] + [rest] * (len(self._config["classes"]) + 1)
