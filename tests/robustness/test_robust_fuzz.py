@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from robust_util import Seeds, Unexpected, archive_of, check_archive, join, reseal_crcs, split
 
 REGRESSIONS = Path(__file__).resolve().parent / "regressions"
-FAST = settings(max_examples=60, deadline=None, derandomize=False,
+FAST = settings(max_examples=40, deadline=None, derandomize=False,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 LONG = settings(FAST, max_examples=2500)
 
