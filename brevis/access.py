@@ -37,7 +37,6 @@ changes no state after open. Do not close it while other threads read.
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -47,7 +46,7 @@ import numpy as np
 
 from .archive.index import FileEntry, Index, SegmentEntry
 from .archive.reader import ArchiveReader
-from .archive.writer import io_failure
+from .archive.writer import io_failure, make_temp
 from .dtypes import DType
 from .errors import InvalidArgument, OutputExists
 
@@ -281,7 +280,8 @@ def extract(archive: str | os.PathLike, names, output: str | os.PathLike, *, for
             raise InvalidArgument(f"cannot write {out}: folder {parent} does not exist")
         a._open_reader()
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".partial", dir=parent)
+            # The writer's temporaries: the name cut to fit, locked against other runs' cleanup.
+            tmp, fd = make_temp(parent, out.name)
         except OSError as e:
             raise io_failure(e, f"cannot write {out}") from None
         try:
@@ -293,15 +293,12 @@ def extract(archive: str | os.PathLike, names, output: str | os.PathLike, *, for
                         f.write(memoryview(data))
                     f.flush()
                     os.fsync(f.fileno())
+                    umask = os.umask(0)
+                    os.umask(umask)
+                    os.chmod(tmp, 0o666 & ~umask)
+                    os.replace(tmp, out)  # while still open: the lock covers it until it is in place
                 except OSError as e:
                     raise io_failure(e, f"cannot write {out}") from None
-            try:
-                umask = os.umask(0)
-                os.umask(umask)
-                os.chmod(tmp, 0o666 & ~umask)
-                os.replace(tmp, out)
-            except OSError as e:
-                raise io_failure(e, f"cannot write {out}") from None
         except BaseException:
             try:
                 os.unlink(tmp)

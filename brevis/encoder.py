@@ -43,7 +43,10 @@ from .synth.prior import Prior
 def _pread(fd: int, path, offset: int, length: int) -> bytes:
     data = bytearray()
     while len(data) < length:
-        more = os.pread(fd, length - len(data), offset + len(data))
+        try:
+            more = os.pread(fd, length - len(data), offset + len(data))
+        except OSError as e:
+            raise IOFailure(f"cannot read {path}: {e.strerror}") from None
         if not more:
             raise IOFailure(f"{path} shrank while being read")
         data += more

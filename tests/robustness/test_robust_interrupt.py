@@ -157,10 +157,6 @@ runpy.run_module("brevis", run_name="__main__", alter_sys=True)
 """
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "brevis/__init__.py imports the whole package (api, encoder, access, numpy...) before "
-    "brevis/__main__.py -> cli.main() can install its handlers, so a Ctrl-C in the first ~0.3 s "
-    "prints a KeyboardInterrupt traceback and dies by SIGINT (or exits 1) instead of 'brevis: interrupted' and 130"))
 def test_ctrl_c_while_importing(source, tmp_path):
     r = subprocess.run([sys.executable, "-c", HOOK, "compress", str(source), "-o", str(tmp_path / "x.brv")],
                        capture_output=True, text=True, env=ENV, timeout=60)

@@ -146,11 +146,6 @@ def test_archive_and_output_with_255_byte_names(tmp_path):
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".partial")]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "brevis/access.py (extract, ~line 284) makes its temporary with its own tempfile.mkstemp("
-    "prefix=f'.{out.name}.'): an output name over 237 bytes fails with 'File name too long'; it "
-    "should use brevis.archive.writer.make_temp (name cut to fit, and locked, so that another run's "
-    "stale-temporary cleanup for the same name can never remove it)"))
 def test_extract_to_a_255_byte_name(tmp_path):
     from helpers import small_checkpoint
 
@@ -328,10 +323,6 @@ def test_a_file_that_cannot_be_read(tmp_path):
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".partial")]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "brevis/encoder.py _pread (line ~46) calls os.pread without catching OSError: an EIO while "
-    "reading a source chunk escapes as a bare OSError (CLI: 'internal error', exit 70) instead of "
-    "IOFailure (exit 8). No archive is left either way."))
 def test_a_read_error_midway(growing, tmp_path, monkeypatch):
     """EIO from the disk while reading a chunk: an I/O error, no archive."""
     from brevis import encoder
