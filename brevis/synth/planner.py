@@ -31,7 +31,7 @@ from .search import STREAM_INDEX_BYTES, Budget, search
 
 FALLBACK = Program.leaf(Zstd.entropy())  # always applies
 PLAIN = Program.leaf(Raw())  # never larger than the data
-TINY = 256  # bytes: too small for a search to pay; raw or zstd, measured
+TINY = 4096  # bytes: too small for a search to pay; raw or zstd, measured
 REUSE_TOLERANCE = 1.02  # a sibling's program is kept if within 2 % of its cost on the sibling
 BYTES_PER_EXPANSION = 1024  # small segments get small search budgets
 ENTROPY_SLACK = 1.05  # ... and within 5 % of this segment's own order-0 entropy estimate
