@@ -33,6 +33,7 @@ from .prior import Prior
 from .proposals import CODERS, Value, child_row, proposals
 
 STREAM_INDEX_BYTES = 6  # what one stream location costs in the (compressed) index
+PRUNE_MAX_BYTES = 8 << 20  # the prior prunes productions only in searches of smaller segments
 
 
 @dataclass
@@ -58,6 +59,7 @@ _UNRUN, _OPEN, _DONE = 0, 1, 2
 class Search:
     def __init__(self, prior: Prior, role: str, scale: float, chunks: int, budget: Budget):
         self.prior, self.role, self.scale, self.chunks, self.budget = prior, role, scale, chunks, budget
+        self.segment_bytes = 0  # set by run(): the size of the segment searched
         self.expanded = self.generated = 0
         self.exhausted = False
         self.deadline = time.perf_counter() + budget.seconds
@@ -101,7 +103,9 @@ class Search:
         ids = sorted({p.id for p in props})
         probs = self.prior.probabilities(ctx, ids)
         share = {i: sum(1 for p in props if p.id == i) for i in ids}
-        prune = self.prior.informed(ctx)
+        # Pruning saves search time at the risk of missing a production the
+        # sample did not show; on large segments the bytes at stake outweigh it.
+        prune = self.prior.informed(ctx) and self.segment_bytes < PRUNE_MAX_BYTES
         likeliest = max(probs.values())
         out = [(p, Prior.bits(probs[p.id] / share[p.id]) / 8) for p in props
                if not prune or isinstance(p, Coder) or Prior.keep(probs[p.id], likeliest)]
@@ -169,6 +173,7 @@ class Search:
         return min(leaf, split, key=lambda cp: cp[0])
 
     def run(self, root: Value) -> SearchResult:
+        self.segment_bytes = sum(s.nbytes for s in root.slices) * self.scale
         cost, program = self.solve(root)
         if self.exhausted:
             fixed_cost, fixed = self.baseline(root)
