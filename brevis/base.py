@@ -22,7 +22,7 @@ from .archive.format import MAGIC
 from .dtypes import DType
 from .errors import ChecksumError, InvalidArgument, IOFailure
 from .formats import layout
-from .sources import collect
+from .sources import collect, read_exactly
 
 READ_BYTES = 1 << 20
 
@@ -97,19 +97,6 @@ class Base:
         self.close()
 
 
-def _pread(path: Path, fd: int, offset: int, length: int) -> bytes:
-    data = bytearray()
-    while len(data) < length:
-        try:
-            more = os.pread(fd, length - len(data), offset + len(data))
-        except OSError as e:
-            raise IOFailure(f"cannot read base {path}: {e.strerror}") from None
-        if not more:
-            raise IOFailure(f"base {path} shrank while being read")
-        data += more
-    return bytes(data)
-
-
 def _files_base(path: Path) -> Base:
     files, _ = collect([path])
     fds: list[int] = []
@@ -124,7 +111,7 @@ def _files_base(path: Path) -> Base:
                 if seg.dtype is not None and seg.shape is not None and seg.length:
                     tensors.append(BaseTensor(
                         s.name, seg.name, seg.dtype, seg.shape, seg.length,
-                        lambda off, n, fd=fd, start=seg.offset, p=s.path: _pread(p, fd, start + off, n)))
+                        lambda off, n, fd=fd, start=seg.offset, p=s.path: read_exactly(fd, f"base {p}", start + off, n)))
     except OSError as e:
         for fd in fds:
             os.close(fd)

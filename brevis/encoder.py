@@ -33,24 +33,11 @@ from .dsl.types import BYTES, Field, tensor
 from .errors import InvalidArgument, IOFailure, NotApplicable
 from .formats import Segment, layout
 from .parallel import CHUNK_BYTES, Pool, chunk_counts
-from .sources import Source, collect
+from .sources import Source, collect, read_exactly
 from .dsl.operator import Coder
 from .dsl.program import Program
 from .synth.planner import DEFAULT_EFFORT, FALLBACK, PLAIN, Plan, Planner, SegmentInfo
 from .synth.prior import Prior
-
-
-def _pread(fd: int, path, offset: int, length: int) -> bytes:
-    data = bytearray()
-    while len(data) < length:
-        try:
-            more = os.pread(fd, length - len(data), offset + len(data))
-        except OSError as e:
-            raise IOFailure(f"cannot read {path}: {e.strerror}") from None
-        if not more:
-            raise IOFailure(f"{path} shrank while being read")
-        data += more
-    return bytes(data)
 
 
 @dataclass
@@ -81,7 +68,7 @@ class ScannedFile:
             self.fd = -1
 
     def read(self, offset: int, length: int) -> bytes:
-        return _pread(self.fd, self.source.path, offset, length)
+        return read_exactly(self.fd, self.source.path, offset, length)
 
     def finish_if_done(self) -> None:
         """Once every chunk is written: check the file did not change, close it."""

@@ -15,13 +15,28 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InvalidArgument
+from .errors import InvalidArgument, IOFailure
 
 
 @dataclass(frozen=True)
 class Source:
     name: str  # POSIX path inside the archive
     path: Path  # where it is on disk
+
+
+def read_exactly(fd: int, path, offset: int, length: int) -> bytes:
+    """`length` bytes of an open source file at `offset`; IOFailure if the
+    disk refuses or the file has shrunk since it was measured."""
+    data = bytearray()
+    while len(data) < length:
+        try:
+            more = os.pread(fd, length - len(data), offset + len(data))
+        except OSError as e:
+            raise IOFailure(f"cannot read {path}: {e.strerror}") from None
+        if not more:
+            raise IOFailure(f"{path} shrank while being read")
+        data += more
+    return bytes(data)
 
 
 def _walk(root: Path, prefix: str) -> tuple[list[Source], list[str]]:
