@@ -20,7 +20,7 @@ from typing import Callable
 from .archive.reader import ArchiveReader
 from .archive.format import MAGIC
 from .dtypes import DType
-from .errors import ChecksumError, InvalidArgument, IOFailure
+from .errors import ChecksumError, InvalidArgument
 from .formats import layout
 from .sources import collect, read_exactly
 

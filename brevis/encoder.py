@@ -28,7 +28,7 @@ from . import __version__
 from .base import Base, BaseTensor
 from .archive.index import DIGEST_BYTES, Chunk, FileEntry, Index, SegmentEntry
 from .archive.writer import ArchiveWriter
-from .dsl.interpreter import encode, forward
+from .dsl.interpreter import forward
 from .dsl.types import BYTES, Field, tensor
 from .errors import InvalidArgument, IOFailure, NotApplicable
 from .formats import Segment, layout

@@ -29,7 +29,7 @@ from pathlib import Path
 import zstandard
 
 from ..errors import IOFailure, OutputExists
-from .format import FOOTER_SIZE, HEADER_SIZE, Footer, index_digest, pack_header
+from .format import HEADER_SIZE, Footer, index_digest, pack_header
 from .index import Index
 
 

@@ -9,7 +9,6 @@ import zstandard
 
 from ..errors import FormatError, ProgramError
 from .operator import Coder, register
-from .types import Field
 
 
 def _expect_length(data: memoryview | bytes, expected: int, what: str) -> None:
