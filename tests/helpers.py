@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import struct
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,21 @@ from brevis.dsl.program import Program
 from brevis.dsl.types import Field
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------- time limits
+@contextmanager
+def deadline(seconds: int, what: str):
+    """Fail instead of hanging (the alarm interrupts Python code between calls)."""
+    def expire(signum, frame):
+        raise TimeoutError(f"{what}: no answer within {seconds} s")
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
 
 
 # ---------------------------------------------------------------- round trip

@@ -9,10 +9,7 @@ footer so only the reader's validation can catch them.
 from __future__ import annotations
 
 import json
-import signal
-import struct
 import tracemalloc
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -23,21 +20,8 @@ import brevis
 from brevis.archive.format import FOOTER, FOOTER_SIZE, HEADER, HEADER_SIZE, Footer, index_digest
 from brevis.archive.reader import ArchiveReader
 from brevis.errors import BrevisError, FormatError, TruncatedError, UnsupportedVersion
-from helpers import small_checkpoint, tree, write_safetensors
+from helpers import deadline, small_checkpoint, write_safetensors
 
-
-@contextmanager
-def deadline(seconds: int, what: str):
-    """Fail instead of hanging (the alarm interrupts Python code between calls)."""
-    def expire(signum, frame):
-        raise TimeoutError(f"{what}: no answer within {seconds} s")
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 @pytest.fixture(scope="module")

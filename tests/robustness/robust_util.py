@@ -11,12 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import zlib
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +36,7 @@ from brevis.dsl.program import Program  # noqa: E402
 from brevis.dsl.types import BYTES, tensor  # noqa: E402
 from brevis import dtypes  # noqa: E402
 from brevis.errors import BrevisError  # noqa: E402
-from helpers import small_checkpoint, tree, write_safetensors  # noqa: E402
+from helpers import deadline, small_checkpoint, tree, write_safetensors  # noqa: E402
 
 PTH = REPO / "examples" / "taesd" / "taef2_decoder.pth"
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -208,19 +206,6 @@ def archive_of(data: bytes, archives: list[bytes], parts: list[tuple[bytes, dict
 # ------------------------------------------------------------ the oracle
 class Unexpected(AssertionError):
     """Something other than a BrevisError, a wrong output, or a write outside the output folder."""
-
-
-@contextmanager
-def deadline(seconds: int, what: str):
-    def expire(signum, frame):
-        raise TimeoutError(f"{what}: no answer within {seconds} s")
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def check_archive(data: bytes, trees: list[tuple], work: Path, exact: bool = True,

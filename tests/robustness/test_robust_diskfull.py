@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import brevis
-from robust_util import ENV, PTH, run_measured
+from robust_util import PTH, run_measured
 from helpers import tree, write_safetensors
 
 

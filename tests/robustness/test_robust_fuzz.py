@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from robust_util import Seeds, Unexpected, archive_of, check_archive, join, reseal_crcs, split

@@ -8,7 +8,7 @@ import zstandard
 from safetensors.numpy import save_file
 
 import brevis
-from brevis.dsl import Field, Program, Raw, tensor
+from brevis.dsl import Field, tensor
 from brevis.dsl.interpreter import decode, encode
 from brevis.dtypes import DTYPES
 from brevis.synth.prior import Prior
