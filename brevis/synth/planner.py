@@ -1,11 +1,12 @@
 """Planning a checkpoint: learn the prior on a sample, then choose every
-segment's program, reusing programs within families of similar tensors.
+segment's program: a sibling's (same family), else a program learned on
+the sample that fits as well here as there, else a search.
 
 Effort levels trade search time for ratio:
   0  no search: every segment is coded by zstd's entropy preset
-  1  budget 64 expansions, prior not learned (uniform)
-  2  default: prior learned on up to 16 tensors, budget 400 expansions
-  3  prior learned on up to 32 tensors, budget 2000, larger samples
+  1  prior learned on up to 8 tensors (300 expansions), budget 64, small samples
+  2  default: prior learned on up to 8 tensors (400), budget 400 expansions
+  3  prior learned on up to 32 tensors (5000), budget 2000, more slices
 The result does not depend on the number of threads: families are led by
 their first segment in archive order, and limits are counted in
 expansions (time is only a guard against pathological inputs).
@@ -23,7 +24,7 @@ from ..dsl import Raw, Zstd
 from ..dsl.interpreter import encode
 from ..dsl.program import Program
 from ..dsl.types import Field, Tensor
-from ..errors import InvalidArgument, NotApplicable
+from ..errors import InvalidArgument, NotApplicable, ProgramError
 from .prior import Prior
 from .proposals import Value
 from .roles import role_of, shape_class
@@ -35,6 +36,8 @@ TINY = 4096  # bytes: too small for a search to pay; raw or zstd, measured
 REUSE_TOLERANCE = 1.02  # a sibling's program is kept if within 2 % of its cost on the sibling
 BYTES_PER_EXPANSION = 1024  # small segments get small search budgets
 ENTROPY_SLACK = 1.05  # ... and within 5 % of this segment's own order-0 entropy estimate
+LIBRARY_TRIALS = 8  # learned programs tried on a segment before searching
+ENTROPY_FLOOR = 64  # bytes added to entropy estimates: a constant tensor's is 0
 
 
 @dataclass(frozen=True)
@@ -159,18 +162,23 @@ class Planner:
         ranked = sorted(groups.values(), key=lambda g: -sum(s.length for s in g))
         return [g[len(g) // 2] for g in ranked[: self.effort.learn_tensors]]
 
-    def learn_one(self, seg: SegmentInfo):
-        """Wide search with a uniform prior on one representative tensor."""
+    def learn_one(self, seg: SegmentInfo) -> tuple[Program, float | None]:
+        """Wide search with a uniform prior on one representative tensor:
+        the winning program, and its estimate relative to the entropy."""
         expansions = min(self.effort.learn_expansions, max(64, 4 * seg.length // BYTES_PER_EXPANSION))
         budget = Budget(expansions, self.effort.seconds)
         root, scale = self.root(seg)
-        return search(root, Prior(), seg.role, scale, seg.chunks, budget)
+        program = search(root, Prior(), seg.role, scale, seg.chunks, budget).program
+        trial, trial_scale = _trial(root, seg)
+        return program, _relative(program, trial, seg, trial_scale)
 
     def learn(self, segments: list[SegmentInfo], map_fn=map) -> Prior:
         chosen = self.strata(segments)
         prior = Prior(samples=len(chosen))
-        for seg, result in zip(chosen, map_fn(self.learn_one, chosen)):
-            prior.observe(result.program, seg.t, seg.role)
+        for seg, (program, relative) in zip(chosen, map_fn(self.learn_one, chosen)):
+            prior.observe(program, seg.t, seg.role)
+            if relative is not None and seg.reference is None:
+                prior.remember(program, seg.t, seg.role, relative)
         self.prior = prior
         return prior
 
@@ -203,11 +211,24 @@ class Planner:
         if self.effort.level == 0:
             return Plan(FALLBACK, {"search": "none"})
         root, scale = self.root(seg)
+        trial, trial_scale = _trial(root, seg)
         if family is not None and not leader:
             family.ready.wait()
-            reused = self._try_reuse(family, root, seg, scale)
+            reused = self._try_reuse(family, trial, seg, trial_scale)
             if reused is not None:
                 return reused
+        try:
+            learned = None if seg.reference is not None else self._try_library(trial, seg, trial_scale)
+        except BaseException:
+            if leader and family is not None:
+                family.ready.set()
+            raise
+        if learned is not None:
+            if leader and family is not None:
+                family.program = learned.program
+                family.bytes_per_byte = learned.stats["estimate"] / seg.length
+                family.ready.set()
+            return learned
         # What a search can win is proportional to the bytes at stake.
         expansions = min(self.effort.expansions, max(32, seg.length // BYTES_PER_EXPANSION))
         budget = Budget(expansions, self.effort.seconds)
@@ -222,6 +243,19 @@ class Planner:
         stats = {"search": "a*", "expanded": result.expanded, "generated": result.generated,
                  "estimate": round(result.estimate), "exhausted": result.exhausted}
         return Plan(result.program, stats)
+
+    def _try_library(self, root: Value, seg: SegmentInfo, scale: float) -> Plan | None:
+        """The first learned program for this kind of value (those of the
+        segment's role first) that on this segment's sample comes as close
+        to the entropy as where it was learned: a trial encoding or a few
+        instead of a search."""
+        library = sorted(self.prior.library(seg.t), key=lambda p: p.role != seg.role)
+        for learned in library[:LIBRARY_TRIALS]:
+            relative = _relative(learned.program, root, seg, scale)
+            if relative is not None and relative <= learned.relative * REUSE_TOLERANCE:
+                estimate = relative * _entropy(root, scale)
+                return Plan(learned.program, {"search": "learned", "estimate": round(estimate)})
+        return None
 
     def _try_reuse(self, family: _Family, root: Value, seg: SegmentInfo, scale: float) -> Plan | None:
         if family.program is None:
@@ -240,3 +274,33 @@ class Planner:
         if estimate > root.entropy_bytes * scale * ENTROPY_SLACK + 64:
             return None
         return Plan(family.program, {"search": "family", "estimate": round(estimate)})
+
+
+def _trial(root: Value, seg: SegmentInfo) -> tuple[Value, float]:
+    """The part of the sample that trial encodings run on: its middle slice
+    (a quarter of the search's sample), enough to tell whether a program
+    found elsewhere fits, with its factor to segment bytes."""
+    if len(root.slices) == 1:
+        return root, seg.length / max(1, root.slices[0].nbytes)
+    middle = [root.slices[len(root.slices) // 2]]
+    refs = [root.reference[len(root.slices) // 2]] if root.reference is not None else None
+    return Value(middle, root.t, root.row, reference=refs), seg.length / max(1, middle[0].nbytes)
+
+
+def _entropy(root: Value, scale: float) -> float:
+    return root.entropy_bytes * scale + ENTROPY_FLOOR
+
+
+def _relative(program: Program, root: Value, seg: SegmentInfo, scale: float) -> float | None:
+    """A program's estimated bytes for the segment (its sample's streams
+    scaled up, plus index entries) over the segment's order-0 estimate;
+    None where it does not apply."""
+    if program.uses_reference:
+        return None
+    try:
+        program.check(seg.t)
+        size = sum(len(b) for s in root.slices for b in encode(program, s, seg.t))
+    except (NotApplicable, ProgramError):
+        return None
+    estimate = size * scale + STREAM_INDEX_BYTES * seg.chunks * len(program.leaves())
+    return estimate / _entropy(root, scale)

@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..dsl.program import Program
 from ..dsl.types import Field, Tensor
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, ProgramError
 
 SMOOTHING = 0.1  # add-alpha: an unseen production stays possible, just dear
 # Where the prior has seen the context, operators less likely than this share
@@ -31,11 +32,16 @@ def value_kind(t: Field) -> str:
 
 
 class Prior:
-    def __init__(self, counts: dict[str, dict[str, float]] | None = None, samples: int = 0):
+    def __init__(self, counts: dict[str, dict[str, float]] | None = None, samples: int = 0,
+                 programs: list["LearnedProgram"] | None = None):
         self.counts: dict[str, Counter] = defaultdict(Counter)
         for ctx, c in (counts or {}).items():
             self.counts[ctx].update(c)
         self.samples = samples  # tensors the prior was learned on
+        # The winning programs of the sample: a library that most tensors of
+        # the checkpoint (and of the next one, with --prior) take after one
+        # trial encoding instead of a search.
+        self.programs: list[LearnedProgram] = list(programs or [])
 
     @property
     def learned(self) -> bool:
@@ -81,10 +87,22 @@ class Prior:
             for child, ct in zip(program.children, node.output_types(t)):  # type: ignore[union-attr]
                 self.observe(child, ct, role, node.id)
 
+    def remember(self, program: Program, t: Field, role: str, relative: float) -> None:
+        """Keep a winning program in the library (once per kind and program)."""
+        kind = value_kind(t)
+        if not any(p.kind == kind and p.program == program for p in self.programs):
+            # Rounded as stored, so a prior reloaded from its file acts the same.
+            self.programs.append(LearnedProgram(kind, role, program, round(relative, 6)))
+
+    def library(self, t: Field) -> list["LearnedProgram"]:
+        kind = value_kind(t)
+        return [p for p in self.programs if p.kind == kind]
+
     # ------------------------------------------------------- persistence
     def to_json(self) -> dict:
         return {"format": "brevis-prior", "version": 1, "samples": self.samples,
-                "counts": {ctx: dict(sorted(c.items())) for ctx, c in sorted(self.counts.items())}}
+                "counts": {ctx: dict(sorted(c.items())) for ctx, c in sorted(self.counts.items())},
+                "programs": [p.to_json() for p in self.programs]}
 
     @staticmethod
     def from_json(obj) -> "Prior":
@@ -95,7 +113,10 @@ class Prior:
                 isinstance(c, dict) and all(isinstance(v, (int, float)) and v >= 0 for v in c.values())
                 for c in counts.values()):
             raise InvalidArgument("prior: malformed counts")
-        return Prior(counts, int(obj.get("samples", 0)))
+        programs = obj.get("programs", [])  # absent in priors written before the library
+        if not isinstance(programs, list):
+            raise InvalidArgument("prior: malformed programs")
+        return Prior(counts, int(obj.get("samples", 0)), [LearnedProgram.from_json(p) for p in programs])
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
@@ -109,3 +130,29 @@ class Prior:
         except (OSError, ValueError) as e:
             raise InvalidArgument(f"{path}: cannot read prior ({e})") from None
         return Prior.from_json(obj)
+
+
+@dataclass(frozen=True)
+class LearnedProgram:
+    """A program that won the wide search on a sample tensor, with how close
+    it came there to the order-0 estimate (estimated bytes / entropy bytes):
+    another tensor takes it when it does as well on that tensor's sample."""
+
+    kind: str  # value_kind of the tensor it was found on
+    role: str
+    program: Program
+    relative: float
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "role": self.role, "program": self.program.to_json(),
+                "relative": self.relative}
+
+    @staticmethod
+    def from_json(obj) -> "LearnedProgram":
+        try:
+            relative = float(obj["relative"])
+            if not (isinstance(obj["kind"], str) and isinstance(obj["role"], str) and relative > 0):
+                raise ValueError
+            return LearnedProgram(obj["kind"], obj["role"], Program.from_json(obj["program"]), relative)
+        except (KeyError, TypeError, ValueError, ProgramError):
+            raise InvalidArgument("prior: malformed learned program") from None

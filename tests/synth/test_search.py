@@ -130,3 +130,39 @@ def test_effort_zero_uses_no_search(tmp_path):
     assert stored_bytes(tmp_path / "a.brv", "w")[1] == "zstd(entropy)"
     with pytest.raises(brevis.BrevisError):
         brevis.compress([tmp_path / "m.safetensors"], tmp_path / "b.brv", effort=9)
+
+
+def searches(archive):
+    return {s["name"]: (s.get("search") or {}).get("search")
+            for f in brevis.inspect(archive)["files"] for s in f["segments"]}
+
+
+def test_learned_programs_replace_searches_but_not_structure(tmp_path):
+    # Dense layers of many shapes: most take a program learned on the sample
+    # after one trial encoding; the constant and sparse tensors keep programs
+    # that find their structure (a dense layer's program would not).
+    tensors = {f"layer{i}.mlp.weight": weights((128 + 16 * i, 256)) for i in range(12)}
+    tensors["layer0.norm.weight"] = np.ones((64, 256), np.float32)
+    tensors["layer0.mask.weight"] = CRAFTED["sparse"]()
+    save_file(tensors, tmp_path / "m.safetensors")
+    brevis.compress([tmp_path / "m.safetensors"], tmp_path / "a.brv")
+    how = searches(tmp_path / "a.brv")
+    assert sum(how[f"layer{i}.mlp.weight"] == "learned" for i in range(12)) >= 8, how
+    norm, _ = stored_bytes(tmp_path / "a.brv", "layer0.norm.weight")
+    mask, _ = stored_bytes(tmp_path / "a.brv", "layer0.mask.weight")
+    assert norm < 200 and mask < tensors["layer0.mask.weight"].size * 0.01 * 5 * 1.1 + 64
+    assert brevis.verify(tmp_path / "a.brv")["ok"]
+
+
+def test_prior_carries_its_learned_programs(tmp_path):
+    save_file({"w": weights((128, 128))}, tmp_path / "m.safetensors")
+    prior = brevis.learn_prior([tmp_path / "m.safetensors"], tmp_path / "p.json")
+    assert prior.programs and all(p.relative > 0 for p in prior.programs)
+    assert Prior.load(tmp_path / "p.json").programs == prior.programs
+    # A prior written before programs were kept still loads; a damaged one is refused.
+    obj = prior.to_json()
+    del obj["programs"]
+    assert Prior.from_json(obj).programs == []
+    obj["programs"] = [{"kind": "T:F32", "role": "mlp", "program": ["no_such_op", {}], "relative": 1.0}]
+    with pytest.raises(brevis.BrevisError):
+        Prior.from_json(obj)
