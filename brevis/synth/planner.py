@@ -28,7 +28,7 @@ from ..errors import InvalidArgument, NotApplicable, ProgramError
 from .prior import Prior
 from .proposals import Value
 from .roles import role_of, shape_class
-from .search import STREAM_INDEX_BYTES, Budget, search
+from .search import STREAM_INDEX_BYTES, Budget, SearchResult, search
 
 FALLBACK = Program.leaf(Zstd.entropy())  # always applies
 PLAIN = Program.leaf(Raw())  # never larger than the data
@@ -162,23 +162,23 @@ class Planner:
         ranked = sorted(groups.values(), key=lambda g: -sum(s.length for s in g))
         return [g[len(g) // 2] for g in ranked[: self.effort.learn_tensors]]
 
-    def learn_one(self, seg: SegmentInfo) -> tuple[Program, float | None]:
+    def learn_one(self, seg: SegmentInfo) -> tuple[SearchResult, float | None]:
         """Wide search with a uniform prior on one representative tensor:
-        the winning program, and its estimate relative to the entropy."""
+        its result, and the winner's estimate relative to the entropy."""
         expansions = min(self.effort.learn_expansions, max(64, 4 * seg.length // BYTES_PER_EXPANSION))
         budget = Budget(expansions, self.effort.seconds)
         root, scale = self.root(seg)
-        program = search(root, Prior(), seg.role, scale, seg.chunks, budget).program
+        result = search(root, Prior(), seg.role, scale, seg.chunks, budget)
         trial, trial_scale = _trial(root, seg)
-        return program, _relative(program, trial, seg, trial_scale)
+        return result, _relative(result.program, trial, seg, trial_scale)
 
     def learn(self, segments: list[SegmentInfo], map_fn=map) -> Prior:
         chosen = self.strata(segments)
         prior = Prior(samples=len(chosen))
-        for seg, (program, relative) in zip(chosen, map_fn(self.learn_one, chosen)):
-            prior.observe(program, seg.t, seg.role)
+        for seg, (result, relative) in zip(chosen, map_fn(self.learn_one, chosen)):
+            prior.observe(result.program, seg.t, seg.role)
             if relative is not None and seg.reference is None:
-                prior.remember(program, seg.t, seg.role, relative)
+                prior.remember(result.program, seg.t, seg.role, relative)
         self.prior = prior
         return prior
 
