@@ -33,6 +33,7 @@ from .search import STREAM_INDEX_BYTES, Budget, SearchResult, search
 FALLBACK = Program.leaf(Zstd.entropy())  # always applies
 PLAIN = Program.leaf(Raw())  # never larger than the data
 TINY = 4096  # bytes: too small for a search to pay; raw or zstd, measured
+TINY_PROGRAM = Program.leaf(Zstd.at_level(3))
 REUSE_TOLERANCE = 1.02  # a sibling's program is kept if within 2 % of its cost on the sibling
 BYTES_PER_EXPANSION = 1024  # small segments get small search budgets
 ENTROPY_SLACK = 1.05  # ... and within 5 % of this segment's own order-0 entropy estimate
@@ -131,10 +132,9 @@ def sample(seg: SegmentInfo, e: Effort, read=None) -> list[np.ndarray]:
 
 
 def _tiny_plan(seg: SegmentInfo) -> Plan:
-    x = np.frombuffer(seg.read(0, seg.length), dtype=seg.t.container)
-    zstd = Program.leaf(Zstd.at_level(3))
-    smaller = zstd if len(encode(zstd, x, seg.t)[0]) < seg.length else PLAIN
-    return Plan(smaller, {"search": "tiny"})
+    # No trial here: the encoder stores any chunk that zstd would make
+    # larger as it is (its raw guard), so the choice costs one encoding.
+    return Plan(TINY_PROGRAM, {"search": "tiny"})
 
 
 class _Family:
