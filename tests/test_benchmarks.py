@@ -53,3 +53,37 @@ def test_float_fields_cover_every_bit(monkeypatch):
     assert float_fields(8, 23) == [(31, 1), (23, 8), (0, 8), (8, 8), (16, 7)]  # F32
     assert float_fields(8, 7) == [(15, 1), (7, 8), (0, 7)]  # BF16
     assert float_fields(5, 10) == [(15, 1), (10, 5), (0, 8), (8, 2)]  # F16
+
+
+def test_coder_tables_on_a_tiny_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks import coder_tables
+
+    # The two field streams: exponent, then sign bit over the 7 high mantissa bits.
+    x = np.array([1.0, -1.5, 2.0], dtype=np.float32).view(np.uint32)
+    streams = coder_tables.field_streams(x, 8, 23)
+    assert streams["exponent"][0].tolist() == [127, 127, 128] and streams["exponent"][1] == 256
+    assert streams["sign+mantissa"][0].tolist() == [0, 0xC0, 0]
+    h = np.array([-1.5], dtype=np.float16).view(np.uint16)
+    assert [s.tolist() for s, _ in coder_tables.field_streams(h, 5, 10).values()] == [[15], [0xC0]]
+
+    item = tmp_path / "corpus" / "tiny"
+    item.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    tensors = {f"w{i}": (rng.standard_normal((64, 96)) * 0.02).astype(np.float32) for i in range(6)}
+    tensors["small"] = rng.standard_normal(500).astype(np.float16)  # 1000 bytes: not measured
+    save_file(tensors, str(item / "model.safetensors"))
+    out = tmp_path / "results"
+    assert coder_tables.main([str(tmp_path / "corpus"), "--out", str(out)]) == 0
+
+    res = json.loads((out / "coder_tables.json").read_text())
+    [row] = res["items"]
+    for field in coder_tables.FIELDS:
+        t = row["streams"]["fields"][field]["all"]
+        assert t["streams"] == 6 and t["raw"] == 6 * 64 * 96  # one chunk per tensor, one byte per element
+        assert t == row["streams"]["fields"][field]["small"] | {
+            m: t[m] for m in ("dict1k", "dict4k", "static", "choice", "best")}  # only one-time bytes differ
+        assert t["entropy"] <= t["own"] and t["entropy"] <= t["static"]
+    ix = row["index"]
+    assert 0 < ix["index_stored"] == ix["recompressed"] < ix["archive"] and ix["programs_json"] > 0
+    assert "### Index" in (out / "coder_tables.md").read_text()
