@@ -35,6 +35,8 @@ class BaseTensor:
     shape: tuple[int, ...]
     length: int
     read: Callable[[int, int], bytes]  # (offset within the tensor, length) -> bytes
+    path: str | None = None  # the file holding the tensor's bytes, where the base is plain files
+    offset: int = 0  # of the tensor in that file
     _digest: bytes | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -111,7 +113,8 @@ def _files_base(path: Path) -> Base:
                 if seg.dtype is not None and seg.shape is not None and seg.length:
                     tensors.append(BaseTensor(
                         s.name, seg.name, seg.dtype, seg.shape, seg.length,
-                        lambda off, n, fd=fd, start=seg.offset, p=s.path: read_exactly(fd, f"base {p}", start + off, n)))
+                        lambda off, n, fd=fd, start=seg.offset, p=s.path: read_exactly(fd, f"base {p}", start + off, n),
+                        str(s.path), seg.offset))
     except OSError as e:
         for fd in fds:
             os.close(fd)

@@ -4,39 +4,40 @@
    are read.
 2. Learn: the planner learns the production prior on a stratified sample
    of the segments (unless a prior was given).
-3. Plan and encode, through two ordered maps on one thread pool: planning
-   (sampling a segment and searching its program) runs a few segments
-   ahead of encoding (reading, checksumming and coding each chunk). The
-   writer takes results in order, so the archive does not depend on the
-   number of threads.
+3. Plan and encode, through two ordered maps: planning (sampling a
+   segment and searching its program) runs on a thread pool a few
+   segments ahead of encoding. Encoding a chunk (reading, checksumming,
+   coding: jobs.run_chunk) is a self-contained job that runs on worker
+   processes (large inputs with threads > 1), on a caller's executor (a
+   Dask cluster), or on the thread pool. The writer takes results in
+   order and deduplicates, so the archive does not depend on the number
+   of threads, processes or workers.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-import threading
 import time
-import zlib
+from concurrent.futures import Executor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
-
-import numpy as np
 
 from . import __version__
 from .base import Base, BaseTensor
 from .archive.index import DIGEST_BYTES, Chunk, FileEntry, Index, SegmentEntry
 from .archive.writer import ArchiveWriter
-from .dsl.interpreter import forward
 from .dsl.types import BYTES, Field, tensor
-from .errors import InvalidArgument, IOFailure, NotApplicable
+from .errors import BrevisError, InvalidArgument, IOFailure
 from .formats import Segment, layout
-from .parallel import CHUNK_BYTES, Pool, chunk_counts
+from .jobs import ChunkOutput, ChunkTask, encode_repairing, parse_program, run_chunk, run_chunks  # noqa: F401
+from .parallel import CHUNK_BYTES, Pool, can_start_processes, chunk_counts, chunk_processes, ordered_pairs
 from .sources import Source, collect, read_exactly
-from .dsl.operator import Coder
 from .dsl.program import Program
-from .synth.planner import DEFAULT_EFFORT, FALLBACK, PLAIN, Plan, Planner, SegmentInfo
+from .synth.planner import DEFAULT_EFFORT, Plan, Planner, SegmentInfo
 from .synth.prior import Prior
 
 
@@ -124,6 +125,11 @@ class PlannedSegment:
     plan: Plan
     base: BaseTensor | None = None  # the base tensor it may be coded against
     entry: SegmentEntry | None = None
+    program_json: str = ""  # the planned program, as the chunk tasks carry it
+
+    def __post_init__(self):
+        if self.plan.program is not None:
+            self.program_json = json.dumps(self.plan.program.to_json())
 
 
 @dataclass
@@ -131,80 +137,33 @@ class ChunkJob:
     planned: PlannedSegment
     offset: int  # in the source file
     n: int  # elements
-    order: int  # position in the archive, for deduplication
 
-
-@dataclass
-class ChunkResult:
-    job: ChunkJob
-    key: bytes  # full SHA-256 of the original bytes, with the value type
-    program: Program | None  # None: a duplicate of an earlier chunk, not encoded
-    streams: list[bytes]
-    crcs: list[int] = field(default_factory=list)  # CRC-32 of each stream
+    def task(self) -> ChunkTask:
+        """The picklable job a worker runs (jobs.run_chunk)."""
+        ps = self.planned
+        length = self.n * ps.value_type.container.itemsize
+        base_path, base_offset, reference = None, 0, None
+        if ps.plan.program.uses_reference and ps.base is not None:
+            within = self.offset - ps.segment.offset
+            if ps.base.path is not None:
+                base_path, base_offset = ps.base.path, ps.base.offset + within
+            else:  # an archive: decoded here, the bytes travel with the task
+                reference = ps.base.read(within, length)
+        return ChunkTask(str(ps.file.source.path), self.offset, length, str(ps.value_type), ps.program_json,
+                         base_path, base_offset, reference)
 
 
 class Deduplicator:
     """Chunks with the same bytes and value type are stored once.
 
-    A worker skips encoding a chunk that an earlier chunk (in archive order)
-    already claimed; the writer points the later chunk at the earlier one's
-    streams. Whatever the timing, the earlier chunk is always encoded or
-    itself points further back, so the archive is the same for any number
-    of threads.
+    Workers encode every chunk; the writer, taking results in archive
+    order, points a chunk whose key it has already written at the earlier
+    chunk's streams. The first chunk of a key is always the one stored,
+    so the archive is the same for any number of threads or processes.
     """
 
     def __init__(self):
-        self.claimed: dict[bytes, int] = {}
-        self.lock = threading.Lock()
-        self.written: dict[bytes, tuple] = {}  # key -> (program, streams), writer thread only
-
-    def claim(self, key: bytes, order: int) -> bool:
-        """True if an earlier chunk with this key exists (so skip encoding)."""
-        with self.lock:
-            first = self.claimed.get(key)
-            if first is not None and first < order:
-                return True
-            self.claimed[key] = order
-            return False
-
-
-def encode_repairing(program: Program, x: np.ndarray, t: Field,
-                     reference: np.ndarray | None = None) -> tuple[Program, list[bytes]]:
-    """Run a program forward; where an operator refuses this input (the
-    sample said constant, this chunk is not), that sub-value is coded by
-    the fallback instead. Returns the program that ran and its streams."""
-    node = program.node
-    if isinstance(node, Coder):
-        return program, [node.encode(x, t)]
-    try:
-        values = forward(node, x, t, reference)
-    except NotApplicable:
-        return FALLBACK, [FALLBACK.node.encode(x, t)]
-    children, streams = [], []
-    for child, value, ct in zip(program.children, values, node.output_types(t)):
-        p, s = encode_repairing(child, value, ct)
-        children.append(p)
-        streams += s
-    return Program(node, tuple(children)), streams
-
-
-def encode_chunk(job: ChunkJob, dedup: Deduplicator) -> ChunkResult:
-    ps = job.planned
-    t = ps.value_type
-    data = ps.file.read(job.offset, job.n * t.container.itemsize)
-    digest = hashlib.sha256(data).digest()
-    key = digest + str(t).encode()
-    if dedup.claim(key, job.order):
-        return ChunkResult(job, key, None, [])
-    x = np.frombuffer(data, dtype=t.container)
-    reference = None
-    if ps.plan.program.uses_reference and ps.base is not None:
-        ref = ps.base.read(job.offset - ps.segment.offset, len(data))
-        reference = np.frombuffer(ref, dtype=t.container)
-    program, streams = encode_repairing(ps.plan.program, x, t, reference)
-    if sum(map(len, streams)) > len(data):  # never larger than the data itself
-        program, streams = PLAIN, [data]
-    return ChunkResult(job, key, program, streams, [zlib.crc32(s) for s in streams])
+        self.written: dict[bytes, tuple] = {}  # key -> (program, stream locations)
 
 
 def _learn(planner: Planner, scanned: list[ScannedFile], pool: Pool, chunk_bytes: int,
@@ -220,22 +179,51 @@ def _learn(planner: Planner, scanned: list[ScannedFile], pool: Pool, chunk_bytes
             f.close()
 
 
-def learn(sources, *, effort: int = DEFAULT_EFFORT, threads: int = 1, chunk_bytes: int = CHUNK_BYTES) -> Prior:
-    """Learn the production prior of a checkpoint without compressing it."""
+def learn(sources, *, effort: int = DEFAULT_EFFORT, threads: int = 1, chunk_bytes: int = CHUNK_BYTES,
+          base: str | os.PathLike | None = None) -> Prior:
+    """Learn the production prior of a checkpoint without compressing it
+    (against a base, as compress --base learns it)."""
     files, _ = collect(list(sources))
     planner = Planner(effort)
     if not planner.effort.learn_tensors:
         raise InvalidArgument(f"effort {effort} does not learn a prior; use 1 or more")
-    with Pool(threads) as pool:
-        scanned = list(pool.ordered_map(scan, files))
-        return _learn(planner, scanned, pool, chunk_bytes)
+    base_model = Base.open(base) if base is not None else None
+    try:
+        with Pool(threads) as pool:
+            scanned = list(pool.ordered_map(scan, files))
+            return _learn(planner, scanned, pool, chunk_bytes, base_model)
+    finally:
+        if base_model is not None:
+            base_model.close()
+
+
+# Inputs below this many bytes are encoded on the thread pool: starting
+# worker processes costs more than it saves (measured, see
+# benchmarks/results/scaling.md).
+PROCESS_MIN_BYTES = 32 << 20
+# Chunks go to another process in batches of about this many original
+# bytes: every result costs the main process a few GIL hand-offs, which the
+# planning threads make slow (measured: 1 MiB jobs ran at a third of the
+# workers' speed while one thread searched).
+BATCH_BYTES = 4 << 20
+BATCH_JOBS = 64
 
 
 def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, threads: int = 1,
              force: bool = False, effort: int = DEFAULT_EFFORT, prior: Prior | str | os.PathLike | None = None,
              base: str | os.PathLike | None = None, chunk_bytes: int = CHUNK_BYTES,
-             progress: Callable[[int], None] | None = None) -> dict:
-    """Write an archive of the sources; return a summary (see api.compress)."""
+             progress: Callable[[int], None] | None = None, executor: Executor | None = None,
+             processes: bool | None = None, window: int | None = None, batch_bytes: int = BATCH_BYTES) -> dict:
+    """Write an archive of the sources; return a summary (see api.compress).
+
+    Chunks are encoded by `executor` when one is given (anything with
+    concurrent.futures' submit, e.g. Dask's Client.get_executor(); it is
+    left open), else by `threads` worker processes when threads > 1 and
+    `processes` is True, or None and the input is at least
+    PROCESS_MIN_BYTES, else on the thread pool. `window`: jobs in flight
+    (default 2 per thread or process); a job for another process or an
+    executor is a batch of chunks of about `batch_bytes`.
+    """
     start = time.perf_counter()
     files, dirs = collect(list(sources))
     out = Path(output).absolute()
@@ -249,23 +237,40 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
     dedup = Deduplicator()
     scanned: list[ScannedFile] = []
     base_model = Base.open(base) if base is not None else None
+    pids: set[int] = set()
+    own: Executor | None = None
     try:
         with ArchiveWriter(out, force) as writer, Pool(threads) as pool:
+            if executor is None and threads > 1 and processes is not False and can_start_processes():
+                if processes or _total_bytes(files) >= PROCESS_MIN_BYTES:
+                    own = executor = chunk_processes(threads)  # starts while the files are scanned
+            if executor is None:  # one chunk a job, as the thread pool has always run them
+                chunk_executor, chunk_window, batch = pool.executor, window or 2 * pool.threads, (0, 1)
+            else:
+                chunk_executor, chunk_window = executor, window or 2 * max(1, threads)
+                batch = (batch_bytes, BATCH_JOBS)
             scanned = list(pool.ordered_map(scan, files))
             learn_time = time.perf_counter()
             if prior is None and planner.effort.learn_tensors:
                 _learn(planner, scanned, pool, chunk_bytes, base_model)
             learn_time = time.perf_counter() - learn_time
-            for result in pool.ordered_map(lambda job: encode_chunk(job, dedup),
-                                           _chunk_jobs(_planned(scanned, planner, pool, index, chunk_bytes,
-                                                                base_model), chunk_bytes)):
-                _write_chunk(result, writer, dedup)
-                if progress:
-                    progress(result.job.n * result.job.planned.value_type.container.itemsize)
+            chunk_jobs = _chunk_jobs(_planned(scanned, planner, pool, index, chunk_bytes, base_model), chunk_bytes)
+            for jobs, outputs in ordered_pairs(chunk_executor, run_chunks, _batches(chunk_jobs, *batch),
+                                               chunk_window, _tasks):
+                for job, output in zip(jobs, outputs):
+                    pids.add(output.pid)
+                    _write_chunk(job, output, writer, dedup)
+                    if progress:
+                        progress(job.n * job.planned.value_type.container.itemsize)
             index.prior = planner.prior.to_json()
             index.base = _base_identity(index)
             size = writer.finish(index)
+    except BrokenProcessPool:
+        raise BrevisError("a chunk worker process died (killed, or out of memory); archive not written") from None
     finally:
+        if own is not None:
+            # Queued jobs are dropped; running ones are short (one chunk each).
+            own.shutdown(wait=True, cancel_futures=True)
         for f in scanned:
             f.close()
         if base_model is not None:
@@ -283,7 +288,36 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
         "throughput_mb_s": original / seconds / 1e6 if seconds else None,
         "effort": planner.effort.level,
         "prior_samples": planner.prior.samples,
+        "encode_processes": len(pids),
     }
+
+
+def _total_bytes(files: list[Source]) -> int:
+    total = 0
+    for s in files:
+        try:
+            total += s.path.stat().st_size
+        except OSError:
+            pass  # reported by the scan
+    return total
+
+
+def _batches(jobs: Iterator[ChunkJob], max_bytes: int, max_jobs: int) -> Iterator[list[ChunkJob]]:
+    """Consecutive chunk jobs, grouped up to max_bytes or max_jobs (at least one a batch)."""
+    batch: list[ChunkJob] = []
+    size = 0
+    for job in jobs:
+        batch.append(job)
+        size += job.n * job.planned.value_type.container.itemsize
+        if size >= max_bytes or len(batch) >= max_jobs:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _tasks(batch: list[ChunkJob]) -> list[ChunkTask]:
+    return [job.task() for job in batch]
 
 
 def _planned(scanned: list[ScannedFile], planner: Planner, pool: Pool, index: Index,
@@ -311,7 +345,6 @@ def _planned(scanned: list[ScannedFile], planner: Planner, pool: Pool, index: In
 
 
 def _chunk_jobs(planned: Iterator[PlannedSegment], chunk_bytes: int) -> Iterator[ChunkJob]:
-    order = 0
     for ps in planned:
         f, seg = ps.file, ps.segment
         itemsize = ps.value_type.container.itemsize
@@ -321,23 +354,21 @@ def _chunk_jobs(planned: Iterator[PlannedSegment], chunk_bytes: int) -> Iterator
         counts = chunk_counts(seg.length // itemsize, itemsize, chunk_bytes, _row(seg))
         for n in counts:
             f.pending += 1
-            yield ChunkJob(ps, offset, n, order)
-            order += 1
+            yield ChunkJob(ps, offset, n)
             offset += n * itemsize
         if seg is f.segments[-1]:
             f.queued_all = True
             f.finish_if_done()
 
 
-def _write_chunk(result: ChunkResult, writer: ArchiveWriter, dedup: Deduplicator) -> None:
-    job = result.job
+def _write_chunk(job: ChunkJob, result: ChunkOutput, writer: ArchiveWriter, dedup: Deduplicator) -> None:
     ps = job.planned
     entry = ps.entry
     assert entry is not None
-    if result.program is None or result.key in dedup.written:
+    if result.key in dedup.written:  # an earlier chunk with these bytes: point at its streams
         program, located = dedup.written[result.key]
     else:
-        program = result.program
+        program = ps.plan.program if result.program is None else parse_program(result.program)
         located = [writer.write_stream(s, c) for s, c in zip(result.streams, result.crcs)]
         dedup.written[result.key] = (program, located)
     if program not in entry.programs:

@@ -1,0 +1,223 @@
+"""Chunk jobs in worker processes (brevis/jobs.py, parallel.py, encoder.py).
+
+What must hold: the archive is the same byte for byte whether chunks are
+encoded inline, on threads, on worker processes or on a caller's executor,
+in batches of any size, with duplicated chunks and with a base (a folder,
+whose bytes workers read by path, or an archive, whose bytes travel with
+the job); a task is picklable and reads its own bytes; errors raised in a
+worker reach the caller as the same BrevisError; Ctrl-C, SIGTERM and
+SIGKILL leave no worker process behind and (for the first two) exit 130
+at once with one line.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import brevis
+from brevis import encoder, jobs
+from brevis.errors import InvalidArgument, IOFailure
+from brevis.parallel import chunk_processes
+from helpers import REPO, write_safetensors
+
+PTH = REPO / "examples" / "taesd" / "taef2_decoder.pth"
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> Path:
+    """taesd, a tensor tied to another (duplicate chunks), constant and random tensors, config text."""
+    if not PTH.is_file():
+        pytest.skip(f"{PTH} not found")
+    src = tmp_path_factory.mktemp("parallel") / "src"
+    src.mkdir()
+    shutil.copyfile(PTH, src / PTH.name)
+    rng = np.random.default_rng(1)
+    w = (rng.standard_normal(1 << 20) * 0.02).astype(np.float16).tobytes()  # 2 MiB: two chunks
+    write_safetensors(src / "model.safetensors", {
+        "embed.weight": ("F16", (1024, 1024), w),
+        "lm_head.weight": ("F16", (1024, 1024), w),  # tied: stored once
+        "norm.weight": ("F32", (4096,), np.ones(4096, np.float32).tobytes()),
+        "noise": ("U8", (300_000,), rng.integers(0, 256, 300_000, dtype=np.uint8).tobytes()),
+    })
+    (src / "config.json").write_text('{"tie_word_embeddings": true}\n')
+    return src
+
+
+def archive_bytes(tmp: Path, name: str, src, **kw) -> bytes:
+    out = tmp / f"{name}.brv"
+    s = encoder.compress([src], out, **kw)
+    assert s["encode_processes"] == 1
+    return out.read_bytes()
+
+
+def test_same_archive_everywhere(source, tmp_path):
+    ref = archive_bytes(tmp_path, "inline", source, threads=1)
+    assert archive_bytes(tmp_path, "threads", source, threads=2) == ref
+    assert archive_bytes(tmp_path, "threads-forced", source, threads=3, processes=False) == ref
+    out = tmp_path / "procs.brv"
+    s = encoder.compress([source], out, threads=2, processes=True, batch_bytes=1 << 20)
+    assert out.read_bytes() == ref and s["encode_processes"] >= 1  # 2 unless one worker started late
+    out = tmp_path / "procs-small-batches.brv"
+    encoder.compress([source], out, threads=2, processes=True, batch_bytes=1, window=1)
+    assert out.read_bytes() == ref
+    with ThreadPoolExecutor(3) as ex:
+        assert archive_bytes(tmp_path, "executor", source, threads=2, executor=ex, batch_bytes=3 << 20) == ref
+    from brevis.archive.reader import ArchiveReader
+    with ArchiveReader(tmp_path / "procs.brv") as reader:  # the tied tensor is stored once
+        segs = {s.name: s for f in reader.index.files for s in f.segments}
+        a, b = segs["embed.weight"].chunks, segs["lm_head.weight"].chunks
+        assert len(a) == 2 and [c.streams for c in a] == [c.streams for c in b]
+
+
+@pytest.mark.parametrize("kind", ["folder", "archive"])
+def test_base_in_worker_processes(kind, tmp_path):
+    """Programs coded against a base: workers read a folder base by path; an
+    archive base is decoded in the main process and its bytes travel."""
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal(1 << 20) * 0.02).astype(np.float16).view(np.uint16)
+    base = tmp_path / "base"
+    base.mkdir()
+    write_safetensors(base / "m.safetensors", {"w": ("F16", (1024, 1024), x.tobytes())})
+    ft = tmp_path / "ft"
+    ft.mkdir()
+    y = x ^ (rng.integers(0, 4, x.size, dtype=np.uint16) * (rng.random(x.size) < 0.2))
+    write_safetensors(ft / "m.safetensors", {"w": ("F16", (1024, 1024), y.tobytes())})
+    if kind == "archive":
+        brevis.compress([base], tmp_path / "base.brv")
+        base = tmp_path / "base.brv"
+    ref = tmp_path / "ref.brv"
+    brevis.compress([ft], ref, threads=1, base=base)
+    out = tmp_path / "procs.brv"
+    encoder.compress([ft], out, threads=2, processes=True, base=base, batch_bytes=1 << 19)
+    assert out.read_bytes() == ref.read_bytes()
+    from brevis.archive.reader import ArchiveReader
+    with ArchiveReader(out) as reader:
+        assert reader.index.base is not None
+    brevis.decompress(out, tmp_path / "copy", base=base)
+    assert (tmp_path / "copy" / "m.safetensors").read_bytes() == (ft / "m.safetensors").read_bytes()
+
+
+def test_task_reads_its_own_bytes(tmp_path):
+    data = np.tile(np.arange(256, dtype=np.uint16), 256).tobytes()
+    f = tmp_path / "x.bin"
+    f.write_bytes(b"head" + data)
+    import json
+    from brevis.dsl.coders import Zstd
+    from brevis.dsl.program import Program
+    program = json.dumps(Program.leaf(Zstd.at_level(3)).to_json())
+    task = jobs.ChunkTask(str(f), 4, len(data), "F16", program)
+    assert pickle.loads(pickle.dumps(task)) == task
+    out = jobs.run_chunk(task)
+    import hashlib
+    assert out.key == hashlib.sha256(data).digest() + b"F16"
+    assert out.program is None and len(out.streams) == 1 and out.pid == os.getpid()
+    with pytest.raises(InvalidArgument, match=f"cannot read {tmp_path / 'nope'}: No such file"):
+        jobs.run_chunk(jobs.ChunkTask(str(tmp_path / "nope"), 0, 10, "u8", program))
+    with pytest.raises(IOFailure, match="shrank while being read"):
+        jobs.run_chunk(jobs.ChunkTask(str(f), 4, len(data) + 10, "u8", program))
+    # The same errors come back from a worker process.
+    ex = chunk_processes(1)
+    try:
+        with pytest.raises(IOFailure, match="shrank while being read"):
+            ex.submit(jobs.run_chunks, [jobs.ChunkTask(str(f), 4, len(data) + 10, "u8", program)]).result()
+        assert ex.submit(jobs.run_chunk, task).result().pid != os.getpid()
+    finally:
+        ex.shutdown(wait=True, cancel_futures=True)
+
+
+# ------------------------------------------------------------ signals, with worker processes
+RUN = """
+import sys
+from brevis import encoder, cli
+encoder.PROCESS_MIN_BYTES = 0  # worker processes whatever the size
+sys.argv = ["brevis", *sys.argv[1:]]
+cli.main()
+"""
+
+
+def descendants(pid: int) -> set[int]:
+    parents: dict[int, int] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    parents[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        for child, parent in parents.items():
+            if parent == p and child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def alive(pids: set[int]) -> set[int]:
+    left = set()
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    left.add(p)
+        except OSError:
+            pass
+    return left
+
+
+@pytest.fixture(scope="module")
+def big_source(tmp_path_factory) -> Path:
+    src = tmp_path_factory.mktemp("signals") / "src"
+    src.mkdir()
+    rng = np.random.default_rng(0)
+    write_safetensors(src / "gen.safetensors", {
+        f"layers.{i}.weight": ("F16", (1024, 2048), (rng.standard_normal(1 << 21) * 0.02).astype(np.float16).tobytes())
+        for i in range(6)})
+    return src
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig", ["INT", "TERM", "KILL"])
+def test_signal_with_worker_processes(big_source, tmp_path, sig):
+    out = tmp_path / "ckpt.brv"
+    p = subprocess.Popen([sys.executable, "-c", RUN, "compress", big_source, "-o", out, "-j", "2", "-q"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    deadline = time.monotonic() + 60
+    workers: set[int] = set()
+    while len(workers) < 2 and p.poll() is None:  # the forkserver and its workers
+        assert time.monotonic() < deadline, "no worker processes started"
+        workers = descendants(p.pid)
+        time.sleep(0.01)
+    time.sleep(0.3)
+    workers |= descendants(p.pid)
+    sent = time.monotonic()
+    p.send_signal(getattr(signal, f"SIG{sig}"))
+    _, err = p.communicate(timeout=30)
+    elapsed = time.monotonic() - sent
+    if p.returncode == 0:
+        pytest.skip("the run ended before the signal")
+    deadline = time.monotonic() + 3
+    while alive(workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(workers), "worker processes outlived the main process"
+    if sig == "KILL":
+        assert p.returncode == -signal.SIGKILL
+        return
+    assert p.returncode == 130, (p.returncode, err)
+    assert err.strip() == "brevis: interrupted", err  # no tracebacks from the workers
+    assert elapsed < 2, f"{elapsed:.2f} s from SIG{sig} to exit"
+    assert not out.exists()
+    assert [x.name for x in tmp_path.iterdir()] == []
