@@ -52,7 +52,8 @@ def _emit(as_json: bool, quiet: bool, summary: dict, line: str) -> None:
 
 
 threads_option = click.option("-j", "--threads", type=click.IntRange(min=1), default=None,
-                              help="Worker threads (default: one per core).")
+                              help="Worker threads (default: one per core); compress also encodes "
+                                   "inputs of 32 MiB or more in this many worker processes.")
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 base_option = click.option("--base", type=click.Path(path_type=str), default=None,
@@ -127,10 +128,13 @@ def compress(sources, output, force, effort, prior, explain, base, threads, quie
               help="Use this prior for the whole fleet (default: learned once on the first checkpoint).")
 @click.option("-j", "--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="Threads per task (per checkpoint).")
+@click.option("--base", type=click.Path(path_type=str), default=None,
+              help="Code every checkpoint against this base model (a folder, file or .brv), as compress --base; "
+                   "the same path on every worker.")
 @quiet_option
 @json_option
 def compress_many(checkpoints, outdir, manifests, workers, scheduler, scheduler_file, engine, retries,
-                  force, effort, prior, threads, quiet, as_json):
+                  force, effort, prior, threads, base, quiet, as_json):
     """Compress many checkpoints (folders or files) into one archive each, on Dask workers."""
     from tqdm import tqdm
 
@@ -160,7 +164,7 @@ def compress_many(checkpoints, outdir, manifests, workers, scheduler, scheduler_
 
         s = fleet.compress_many(paths, outdir, engine=engine, workers=workers, scheduler=scheduler,
                                 scheduler_file=scheduler_file, retries=retries, force=force, effort=effort,
-                                prior=prior, threads=threads, progress=progress)
+                                prior=prior, threads=threads, progress=progress, base=base)
     where = f"{s['engine']} at {s['scheduler']}" if s["scheduler"] else s["engine"]
     _emit(as_json, quiet, s, f"{outdir}: {s['compressed']} compressed, {s['skipped']} skipped, "
           f"{s['failed']} failed; {s['workers']} workers ({where}) in {s['seconds']:.1f} s")

@@ -6,7 +6,13 @@ The work runs on Dask (`pip install 'brevis[dask]'`): a local cluster of
 worker processes by default, or an existing cluster (`scheduler=` a
 scheduler address, `scheduler_file=`, or Dask's own DASK_SCHEDULER_ADDRESS).
 Without Dask, a local process pool (concurrent.futures) runs the same
-tasks with the same semantics. The unit of work is a whole checkpoint.
+tasks with the same semantics. The unit of work is a checkpoint; on Dask,
+a checkpoint with a file of at least `split_bytes` is compressed by a
+task that sends the chunks it plans to the whole cluster (batches of
+chunk jobs, jobs.run_chunks, through Client.get_executor()) and writes
+the results in archive order with a bounded window, so no worker holds a
+whole checkpoint. `base`: every checkpoint is coded against that base
+model (compress --base), which must be at the same path on every worker.
 
 1. Checkpoints are named (NAME.brv from the folder or file name; two
    checkpoints with one name are an error) and, unless `force`, the
@@ -47,6 +53,7 @@ from .synth.prior import Prior
 
 SUFFIX = ".brv"
 DEFAULT_RETRIES = 3
+SPLIT_BYTES = 64 << 20  # on Dask, a checkpoint with a file this large has its chunks spread over the cluster
 ENGINES = ("auto", "dask", "processes")
 
 
@@ -60,13 +67,13 @@ def _error(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def verify_task(source: str, archive: str, threads: int) -> dict:
+def verify_task(source: str, archive: str, threads: int, base: str | None = None) -> dict:
     """Does an existing archive decode and match its source?"""
     import brevis
 
     start = time.perf_counter()
     try:
-        r = brevis.verify(archive, sources=[source], threads=threads)
+        r = brevis.verify(archive, sources=[source], threads=threads, base=base)
     except BrevisError as e:  # damaged, truncated: not a usable archive
         return {"ok": False, "error": _error(e), "seconds": time.perf_counter() - start}
     problem = r["problems"][0] if r["problems"] else None
@@ -75,34 +82,48 @@ def verify_task(source: str, archive: str, threads: int) -> dict:
             f"{': '.join(str(x) for x in (problem['file'], problem['segment']) if x)}: {problem['error']}"}
 
 
-def learn_task(source: str, effort: int, threads: int) -> str:
+def learn_task(source: str, effort: int, threads: int, base: str | None = None) -> str:
     """The prior of one checkpoint, as JSON text."""
-    import brevis
+    from .encoder import learn
 
-    return json.dumps(brevis.learn_prior([source], effort=effort, threads=threads).to_json())
+    return json.dumps(learn([source], effort=effort, threads=threads, base=base).to_json())
 
 
-def compress_task(source: str, archive: str, prior_json: str | None, effort: int, threads: int) -> dict:
+def compress_task(source: str, archive: str, prior_json: str | None, effort: int, threads: int,
+                  base: str | None = None, split: bool = False, batch_bytes: int | None = None) -> dict:
     """Compress one checkpoint with the fleet's prior, then verify the archive.
 
-    Errors a retry cannot fix (BrevisError other than I/O) come back in the
-    result; anything else (I/O, memory, a bug) is raised for the engine to retry.
+    `split` (on a Dask worker): the checkpoint's chunks are encoded by the
+    whole cluster, this task planning and writing. Errors a retry cannot
+    fix (BrevisError other than I/O) come back in the result; anything
+    else (I/O, memory, a bug) is raised for the engine to retry.
     """
-    import brevis
+    from .encoder import BATCH_BYTES, compress
 
     start = time.perf_counter()
     prior = Prior.from_json(json.loads(prior_json)) if prior_json else None
+    # force: the driver decided this archive is to be (re)written; a retry
+    # may also find the archive of an attempt that died after its rename.
+    kw = dict(threads=threads, force=True, effort=effort, prior=prior, base=base, processes=False)
     try:
-        # force: the driver decided this archive is to be (re)written; a retry
-        # may also find the archive of an attempt that died after its rename.
-        s = brevis.compress([source], archive, threads=threads, force=True, effort=effort, prior=prior)
+        if split:
+            from distributed import worker_client
+
+            # Leaves this worker's slot to chunk jobs while this task plans and writes.
+            with worker_client() as client:
+                workers = max(1, len(client.scheduler_info().get("workers", {})))
+                s = compress([source], archive, executor=client.get_executor(pure=False), window=2 * workers,
+                             batch_bytes=batch_bytes or BATCH_BYTES, **kw)
+        else:
+            s = compress([source], archive, **kw)
     except IOFailure:
         raise
     except BrevisError as e:
         return {"error": _error(e), "seconds": time.perf_counter() - start}
-    r = verify_task(source, archive, threads)
+    r = verify_task(source, archive, threads, base)
     out = {"original_bytes": s["original_bytes"], "archive_bytes": s["archive_bytes"],
-           "verified": r["ok"], "error": None, "seconds": time.perf_counter() - start}
+           "verified": r["ok"], "error": None, "seconds": time.perf_counter() - start,
+           "encode_processes": s["encode_processes"]}
     if not r["ok"]:  # never leave an archive that does not give the source back
         Path(archive).unlink(missing_ok=True)
         out["error"] = f"verification failed, archive removed: {r['error']}"
@@ -312,11 +333,12 @@ class Checkpoint:
     archive: Path
     size: int  # bytes of its files
     error: str | None = None  # why it cannot be archived (found before any task runs)
+    largest: int = 0  # bytes of its largest file
 
     def report(self, **kw) -> dict:
         r = {"name": self.name, "source": str(self.source), "archive": str(self.archive),
              "status": None, "original_bytes": self.size, "archive_bytes": None, "ratio": None,
-             "seconds": None, "verified": False, "error": None}
+             "seconds": None, "verified": False, "error": None, "encode_processes": None}
         r.update(kw)
         if r["archive_bytes"] is not None and r["original_bytes"]:
             r["ratio"] = r["archive_bytes"] / r["original_bytes"]
@@ -371,10 +393,12 @@ def plan_checkpoints(paths: list[str | os.PathLike], outdir: Path) -> list[Check
         seen[key] = p
         try:
             files, _ = collect([p])
-            size, error = sum(s.path.stat().st_size for s in files), None
+            sizes = [s.path.stat().st_size for s in files]
+            size, largest, error = sum(sizes), max(sizes, default=0), None
         except (BrevisError, OSError) as e:  # reported as this checkpoint's failure
-            size, error = 0, _error(e) if isinstance(e, BrevisError) else f"cannot read {p}: {e.strerror}"
-        checkpoints.append(Checkpoint(name, p, outdir / f"{name}{SUFFIX}", size, error))
+            size, largest = 0, 0
+            error = _error(e) if isinstance(e, BrevisError) else f"cannot read {p}: {e.strerror}"
+        checkpoints.append(Checkpoint(name, p, outdir / f"{name}{SUFFIX}", size, error, largest))
     return checkpoints
 
 
@@ -394,13 +418,18 @@ def compress_many(checkpoints: list[str | os.PathLike], outdir: str | os.PathLik
                   engine: str | Engine = "auto", workers: int | None = None, scheduler: str | None = None,
                   scheduler_file: str | None = None, retries: int = DEFAULT_RETRIES, force: bool = False,
                   effort: int = DEFAULT_EFFORT, prior: Prior | str | os.PathLike | None = None,
-                  threads: int = 1, progress: Callable[[dict], None] | None = None) -> dict:
+                  threads: int = 1, progress: Callable[[dict], None] | None = None,
+                  base: str | os.PathLike | None = None, split_bytes: int = SPLIT_BYTES,
+                  batch_bytes: int | None = None) -> dict:
     """Archive each checkpoint (folder or file) into OUTDIR/NAME.brv.
 
     `engine`: "auto" (Dask if installed, else a process pool), "dask",
     "processes", or an open Engine (left open). `threads`: threads per
-    task inside brevis.compress. `progress(report)` is called as each
-    checkpoint finishes. Returns a summary with a report per checkpoint
+    task inside brevis.compress. `base`: a base model every checkpoint is
+    coded against (compress --base). On Dask, a checkpoint with a file of
+    `split_bytes` or more has its chunks encoded across the cluster, in
+    jobs of about `batch_bytes` (default encoder.BATCH_BYTES).
+    `progress(report)` is called as each checkpoint finishes. Returns a summary with a report per checkpoint
     (name, source, archive, status compressed/skipped/failed, sizes,
     ratio, seconds, verified, error); "ok" is True when none failed.
     """
@@ -413,6 +442,10 @@ def compress_many(checkpoints: list[str | os.PathLike], outdir: str | os.PathLik
     fleet = plan_checkpoints(list(checkpoints), out)
     if prior is not None and not isinstance(prior, Prior):
         prior = Prior.load(prior)
+    if base is not None:
+        if not Path(base).exists():
+            raise InvalidArgument(f"base {base}: no such file or folder")
+        base = str(Path(base).absolute())  # the workers may run elsewhere
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -435,7 +468,7 @@ def compress_many(checkpoints: list[str | os.PathLike], outdir: str | os.PathLik
         todo = [c for c in fleet if not c.error and (force or not c.archive.exists())]
         existing = [c for c in fleet if not c.error and c not in todo]
         verified = []
-        for t, ok, r in eng.run(Task(c, verify_task, (str(c.source), str(c.archive), threads), "verify")
+        for t, ok, r in eng.run(Task(c, verify_task, (str(c.source), str(c.archive), threads, base), "verify")
                                 for c in existing):
             if ok and r["ok"]:
                 verified.append(t.tag)
@@ -459,7 +492,7 @@ def compress_many(checkpoints: list[str | os.PathLike], outdir: str | os.PathLik
                         break
                 else:
                     first = todo[0]
-                    for _, ok, r in eng.run([Task(first, learn_task, (str(first.source), effort, threads),
+                    for _, ok, r in eng.run([Task(first, learn_task, (str(first.source), effort, threads, base),
                                                   "learn")]):
                         if ok:
                             prior_json = r
@@ -469,8 +502,10 @@ def compress_many(checkpoints: list[str | os.PathLike], outdir: str | os.PathLik
                             prior_info = {"source": None, "samples": None, "error": _error(r)}
 
         # 3. Compress and verify.
-        for t, ok, r in eng.run(Task(c, compress_task, (str(c.source), str(c.archive), prior_json, effort,
-                                                        threads), "compress") for c in todo):
+        split = isinstance(eng, DaskEngine)
+        for t, ok, r in eng.run(Task(c, compress_task, (str(c.source), str(c.archive), prior_json, effort, threads,
+                                                        base, split and c.largest >= split_bytes, batch_bytes),
+                                     "compress") for c in todo):
             c = t.tag
             if not ok:
                 r = {"error": f"failed after retries: {_error(r)}"}
@@ -478,7 +513,8 @@ def compress_many(checkpoints: list[str | os.PathLike], outdir: str | os.PathLik
                 done(c, c.report(status="failed", error=r["error"], seconds=r.get("seconds")))
             else:
                 done(c, c.report(status="compressed", verified=r["verified"], seconds=r["seconds"],
-                                 original_bytes=r["original_bytes"], archive_bytes=r["archive_bytes"]))
+                                 original_bytes=r["original_bytes"], archive_bytes=r["archive_bytes"],
+                                 encode_processes=r.get("encode_processes")))
         workers_seen = eng.workers
     finally:
         if own:

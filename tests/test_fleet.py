@@ -271,3 +271,97 @@ def test_scheduler_needs_dask():
         fleet.open_engine("processes", scheduler="tcp://127.0.0.1:1")
     with pytest.raises(BrevisError):
         fleet.open_engine("bogus")
+
+
+# ------------------------------------------------------------ fine-tunes against a base
+def fine_tunes(root: Path) -> tuple[Path, list[Path]]:
+    """A base model and two fine-tunes of it: the same F16 tensors with a few
+    low mantissa bits changed (bit patterns only), plus a tensor of their own."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    tensors = {f"layers.{i}.weight": (rng.standard_normal(64 * 256) * 0.02).astype(np.float16).view(np.uint16)
+               for i in range(3)}
+    base = root / "base"
+    base.mkdir()
+    write_safetensors(base / "model.safetensors", {k: ("F16", (64, 256), v.tobytes()) for k, v in tensors.items()})
+    tunes = []
+    for j in range(2):
+        d = root / f"ft-{j}"
+        d.mkdir()
+        changed = {k: v ^ (rng.integers(0, 4, v.size, dtype=np.uint16) * (rng.random(v.size) < 0.3))
+                   for k, v in tensors.items()}
+        own = rng.integers(0, 1 << 16, 4096, dtype=np.uint16)
+        write_safetensors(d / "model.safetensors", {**{k: ("F16", (64, 256), v.tobytes()) for k, v in changed.items()},
+                                                    "head.weight": ("F16", (64, 64), own.tobytes())})
+        (d / "config.json").write_text(f'{{"tune": {j}}}\n')
+        tunes.append(d)
+    return base, tunes
+
+
+@pytest.mark.parametrize("engine_name", ["processes", pytest.param("dask", marks=needs_dask)])
+def test_base_through_compress_many(engine_name, tmp_path, request):
+    """compress-many --base: the archives of brevis.compress --base (with the fleet's prior), coded
+    against the base, decompressing with it."""
+    from brevis.encoder import learn
+
+    base, tunes = fine_tunes(tmp_path)
+    engine = request.getfixturevalue("dask_engine" if engine_name == "dask" else "pool")
+    s = brevis.compress_many(tunes, tmp_path / "out", engine=engine, effort=EFFORT, base=base)
+    assert s["ok"] and s["compressed"] == 2, s
+    assert s["prior"]["source"] == "learned on ft-0"
+    prior = Prior.from_json(json.loads(json.dumps(learn([tunes[0]], effort=EFFORT, base=base).to_json())))
+    for src, r in zip(tunes, s["checkpoints"]):
+        assert r["status"] == "compressed" and r["verified"], r
+        ref = tmp_path / f"ref-{src.name}.brv"
+        brevis.compress([src], ref, threads=2, effort=EFFORT, prior=prior, base=base)
+        archive = Path(r["archive"])
+        assert archive.read_bytes() == ref.read_bytes(), f"{src.name}: differs from brevis.compress --base"
+        from brevis.archive.reader import ArchiveReader
+        with ArchiveReader(archive) as reader:
+            assert reader.index.base is not None  # some tensors are coded against the base
+        with pytest.raises(BrevisError):
+            brevis.decompress(archive, tmp_path / f"nobase-{src.name}")
+        brevis.decompress(archive, tmp_path / f"copy-{src.name}", base=base)
+        assert source_files(tmp_path / f"copy-{src.name}") == source_files(src)
+    again = brevis.compress_many(tunes, tmp_path / "out", engine=engine, effort=EFFORT, base=base)
+    assert again["skipped"] == 2  # the existing archives verify against their sources, with the base
+
+
+def test_cli_compress_many_base(tmp_path):
+    base, tunes = fine_tunes(tmp_path)
+    r = brevis_cli("compress-many", *tunes, "-o", tmp_path / "out", "--engine", "processes", "-w", "2",
+                   "--base", base, "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["compressed"] == 2 and all(c["verified"] for c in s["checkpoints"])
+    r = brevis_cli("verify", tmp_path / "out" / "ft-1.brv", "--source", tunes[1], "--base", base, "-q")
+    assert r.returncode == 0, r.stderr
+    r = brevis_cli("compress-many", *tunes, "-o", tmp_path / "out2", "--base", tmp_path / "nope")
+    assert r.returncode == 2 and "no such file or folder" in r.stderr
+
+
+# ------------------------------------------------------------ chunks of a large file across the cluster
+@needs_dask
+def test_dask_spreads_chunks_of_a_large_file(dask_engine, tmp_path):
+    """A checkpoint with a file above split_bytes: its chunks are encoded on both workers,
+    and the archive is the one brevis.compress writes in one process."""
+    import numpy as np
+
+    src = tmp_path / "big"
+    src.mkdir()
+    rng = np.random.default_rng(3)
+    write_safetensors(src / "model.safetensors", {
+        f"layers.{i}.weight": ("F16", (512, 1024), (rng.standard_normal(1 << 19) * 0.02).astype(np.float16).tobytes())
+        for i in range(8)})  # 8 MiB: 8 batches of 1 MiB
+    s = brevis.compress_many([src], tmp_path / "out", engine=dask_engine, effort=EFFORT,
+                             split_bytes=1 << 20, batch_bytes=1 << 20)
+    r = s["checkpoints"][0]
+    assert s["ok"] and r["verified"], s
+    assert r["encode_processes"] == 2, r  # pids of the processes that returned chunks
+    prior = Prior.from_json(json.loads(json.dumps(brevis.learn_prior([src], effort=EFFORT).to_json())))
+    brevis.compress([src], tmp_path / "ref.brv", threads=1, effort=EFFORT, prior=prior)
+    assert (tmp_path / "out" / "big.brv").read_bytes() == (tmp_path / "ref.brv").read_bytes()
+    # Below split_bytes: one task, one process.
+    s = brevis.compress_many([src], tmp_path / "out2", engine=dask_engine, effort=EFFORT)
+    assert s["checkpoints"][0]["encode_processes"] == 1
