@@ -86,11 +86,20 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @json_option
 def compress(sources, output, force, effort, prior, explain, base, threads, quiet, as_json):
     """Compress checkpoint folders or files into one archive."""
+    from .encoder import open_chunk_processes
+
     files, _ = collect(list(sources))
     total = sum(s.path.stat().st_size for s in files)
-    with progress_bar(total, quiet, "compress") as update:
-        s = api.compress(sources, output, threads=threads or default_threads(), force=force,
-                         effort=effort, prior=prior, base=base, progress=update)
+    threads = threads or default_threads()
+    # Worker processes (large inputs) are started before the progress bar's thread.
+    workers = open_chunk_processes(threads, total)
+    try:
+        with progress_bar(total, quiet, "compress") as update:
+            s = api.compress(sources, output, threads=threads, force=force, effort=effort, prior=prior,
+                             base=base, progress=update, executor=workers)
+    finally:
+        if workers is not None:
+            workers.shutdown(wait=True, cancel_futures=True)
     if explain:
         s["explain"] = api.explain(output)
     ratio = f"{100 * s['ratio']:.1f} %" if s["ratio"] is not None else "-"

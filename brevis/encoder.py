@@ -238,12 +238,11 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
     scanned: list[ScannedFile] = []
     base_model = Base.open(base) if base is not None else None
     pids: set[int] = set()
-    own: Executor | None = None
+    own = None
+    if executor is None:  # before any thread of ours starts (see parallel.process_context)
+        own = executor = open_chunk_processes(threads, _total_bytes(files), processes)
     try:
         with ArchiveWriter(out, force) as writer, Pool(threads) as pool:
-            if executor is None and threads > 1 and processes is not False and can_start_processes():
-                if processes or _total_bytes(files) >= PROCESS_MIN_BYTES:
-                    own = executor = chunk_processes(threads)  # starts while the files are scanned
             if executor is None:  # one chunk a job, as the thread pool has always run them
                 chunk_executor, chunk_window, batch = pool.executor, window or 2 * pool.threads, (0, 1)
             else:
@@ -290,6 +289,15 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
         "prior_samples": planner.prior.samples,
         "encode_processes": len(pids),
     }
+
+
+def open_chunk_processes(threads: int, total_bytes: int, processes: bool | None = None):
+    """Worker processes for the chunks of an input of total_bytes, or None
+    where they would not pay (see compress). The caller shuts them down."""
+    if threads > 1 and processes is not False and can_start_processes():
+        if processes or total_bytes >= PROCESS_MIN_BYTES:
+            return chunk_processes(threads)
+    return None
 
 
 def _total_bytes(files: list[Source]) -> int:

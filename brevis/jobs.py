@@ -142,6 +142,7 @@ def worker_init(parent: int) -> None:
     """Initializer of chunk worker processes (children of `parent`): Ctrl-C
     is the main process's to handle, and a worker never outlives it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the CLI's handler
     if sys.platform.startswith("linux"):
         try:
             import ctypes
