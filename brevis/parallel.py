@@ -148,7 +148,6 @@ class ChunkProcesses(ProcessPoolExecutor):
 
         context = process_context()
         super().__init__(workers, mp_context=context, initializer=jobs.worker_init, initargs=(os.getpid(),))
-        _widen_pipe(self)
         self.closing = threading.Event()
         self.starter: threading.Thread | None = None
         if context.get_start_method() == "fork":
@@ -175,25 +174,6 @@ class ChunkProcesses(ProcessPoolExecutor):
             self.closing.set()
             if self.starter is not None:
                 self.starter.join()
-
-
-def _widen_pipe(executor: ProcessPoolExecutor) -> None:
-    """Results come back through one pipe; at Linux's default 64 KiB a
-    batch of streams crosses in dozens of hand-offs between a worker and
-    the main process (measured: receiving was the main process's largest
-    cost). A pipe of up to 1 MiB (the unprivileged maximum) takes a
-    batch in a few reads. Best effort: private attribute, Linux only."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import fcntl
-
-        fd = executor._result_queue._reader.fileno()  # type: ignore[attr-defined]
-        with open("/proc/sys/fs/pipe-max-size") as f:
-            limit = int(f.read())
-        fcntl.fcntl(fd, 1031, min(limit, 4 << 20))  # F_SETPIPE_SZ
-    except (AttributeError, OSError, ValueError):
-        pass
 
 
 def chunk_processes(workers: int) -> ChunkProcesses:
