@@ -51,9 +51,10 @@ class Delta(_Strided):
 
     def forward(self, x, t):
         s = self._config["stride"]
-        y = x.astype(t.container, copy=True)
+        y = np.empty(len(x), t.container)
+        y[:s] = x[:s]
         if len(x) > s:
-            y[s:] = x[s:] - x[:-s]
+            np.subtract(x[s:], x[:-s], out=y[s:], casting="unsafe")  # no temporary
         return [_mask(y, t.bits)]
 
     def inverse(self, n, t, read):
@@ -70,9 +71,10 @@ class XorDelta(_Strided):
 
     def forward(self, x, t):
         s = self._config["stride"]
-        y = x.astype(t.container, copy=True)
+        y = np.empty(len(x), t.container)
+        y[:s] = x[:s]
         if len(x) > s:
-            y[s:] = x[s:] ^ x[:-s]
+            np.bitwise_xor(x[s:], x[:-s], out=y[s:], casting="unsafe")  # no temporary
         return [y]
 
     def inverse(self, n, t, read):
@@ -100,10 +102,14 @@ class ZigZag(Operator):
         return [z.view(t.container)]
 
     def inverse(self, n, t, read):
-        z = read(0, n).astype(t.container)
+        z = read(0, n)
         word = t.container.type
-        ones = np.where(z & word(1), word((1 << t.bits) - 1), word(0))
-        return (z >> word(1)) ^ ones
+        # -(z & 1) in unsigned arithmetic is all ones or zero (t.bits fills the word).
+        ones = np.bitwise_and(z, word(1), dtype=t.container, casting="unsafe")
+        np.negative(ones, out=ones)
+        out = np.right_shift(z, word(1), dtype=t.container, casting="unsafe")
+        out ^= ones
+        return out
 
 
 @register

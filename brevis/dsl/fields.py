@@ -41,27 +41,90 @@ def check_tiling(groups: list, t: Field, who: str) -> None:
     raise ProgramError(f"{who}: ranges do not tile a {t.bits}-bit word")
 
 
-def _split(x: np.ndarray, groups: list[list[list[int]]]) -> list[np.ndarray]:
+def _extract(x: np.ndarray, low: int, w: int, pos: int, dtype: np.dtype, out=None) -> np.ndarray:
+    """((x >> low) & (2^w - 1)) << pos, as `dtype`, in one or two passes.
+
+    The shift writes straight into the (narrower) output with an unsafe
+    cast: integer narrowing drops the high bits exactly, so where nothing
+    survives above the range the mask is not needed at all.
+    """
+    xbits = 8 * x.itemsize
     word = x.dtype.type
+    if out is None:
+        out = np.empty(len(x), dtype)
+    field_mask = ((1 << w) - 1) << pos  # fits x's word: pos + w <= the field's width <= xbits
+    shift = low - pos
+    if shift == 0:
+        if pos == 0 and w == xbits:
+            np.copyto(out, x, casting="unsafe")
+        else:
+            np.bitwise_and(x, word(field_mask), out=out, casting="unsafe")
+        return out
+    if shift > 0:
+        np.right_shift(x, word(shift), out=out, casting="unsafe")
+        # Bits below `low` are gone when the range lands at 0; bits above it are gone
+        # when it reaches the top of x or the output is exactly w bits wide.
+        clean = pos == 0 and (low + w == xbits or w == 8 * out.itemsize)
+    else:
+        np.left_shift(x, word(-shift), out=out, casting="unsafe")
+        clean = False
+    if not clean:
+        out &= out.dtype.type(field_mask)
+    return out
+
+
+def _split(x: np.ndarray, groups: list[list[list[int]]]) -> list[np.ndarray]:
     out = []
     for group in groups:
         width = sum(w for _, w in group)
-        acc = None
+        container = Field(width).container
+        if len(group) == 1 and group[0] == [0, 8 * x.itemsize] and container == x.dtype:
+            out.append(x)  # the whole word: no copy
+            continue
+        pos = width
+        acc = tmp = None
         for low, w in group:  # the first range lands in the high bits
-            part = (x >> word(low)) & word((1 << w) - 1) if low or w < 8 * x.itemsize else x
-            acc = part if acc is None else (acc << word(w)) | part
-        out.append(acc.astype(Field(width).container, copy=False))
+            pos -= w
+            if acc is None:
+                acc = _extract(x, low, w, pos, container)
+            else:
+                tmp = _extract(x, low, w, pos, container, tmp)
+                acc |= tmp
+        out.append(acc)
     return out
 
 
 def _join(n: int, t: Field, groups, values: list[np.ndarray]) -> np.ndarray:
-    word = t.container.type
-    x = np.zeros(n, dtype=t.container)
+    container = t.container
+    word = container.type
+    x = tmp = None
     for group, value in zip(groups, values):
-        v = value.astype(t.container, copy=False)
+        pos = 0
         for low, w in reversed(group):
-            x |= (v & word((1 << w) - 1)) << word(low)
-            v = v >> word(w)
+            # ((value >> pos) & mask) << low, widened to the word in the same pass as the
+            # shift (the ufunc's dtype casts its input), then masked in place. The mask
+            # also keeps a value wider than its field from spilling into other ranges.
+            if x is None:
+                part = np.empty(n, container)  # the first range is the start of x
+            else:
+                if tmp is None:
+                    tmp = np.empty(n, container)
+                part = tmp
+            shift = low - pos
+            if shift > 0:
+                np.left_shift(value, word(shift), out=part, dtype=container, casting="unsafe")
+            elif shift < 0:
+                np.right_shift(value, word(-shift), out=part, dtype=container, casting="unsafe")
+            else:
+                np.copyto(part, value, casting="unsafe")
+            np.bitwise_and(part, word(((1 << w) - 1) << low), out=part)
+            if x is None:
+                x = part
+            else:
+                x |= part
+            pos += w
+    if x is None:
+        x = np.zeros(n, dtype=container)
     return x
 
 
@@ -155,7 +218,8 @@ class LowZeroBits(Operator):
         shift = self._config["shift"]
         if np.any(x & word((1 << shift) - 1)):
             raise NotApplicable("low bits are not all zero")
-        return [(x >> word(shift)).astype(Field(t.bits - shift).container)]
+        out = np.empty(len(x), Field(t.bits - shift).container)
+        return [np.right_shift(x, word(shift), out=out, casting="unsafe")]
 
     def inverse(self, n, t, read):
         v = read(0, n).astype(t.container)
@@ -185,23 +249,49 @@ class PackBits(Operator):
         per = 8 // bits
         return (n + per - 1) // per
 
+    # Packing and unpacking view groups of 8/bits bytes as one little-endian word and
+    # shift the lanes onto each other: a few whole-array passes, no per-lane loop.
+    _WORDS = {2: np.dtype("<u4"), 4: np.dtype("<u2")}
+
     def forward(self, x, t):
-        per = 8 // t.bits
-        padded = np.zeros(self.packed_length(len(x), t.bits) * per, np.uint8)
-        padded[: len(x)] = x
-        lanes = padded.reshape(-1, per)
-        out = np.zeros(len(lanes), np.uint8)
-        for i in range(per):
-            out |= lanes[:, i] << np.uint8(i * t.bits)
+        bits = t.bits
+        per = 8 // bits
+        x = np.ascontiguousarray(x, dtype=np.uint8)
+        if bits == 1:  # values are 0 or 1: packbits' "nonzero" is the bit itself
+            return [np.packbits(x, bitorder="little")]
+        n = len(x)
+        full = n // per
+        out = np.empty(self.packed_length(n, bits), np.uint8)
+        words = x[: full * per].view(self._WORDS[bits])
+        # Byte i of a word holds lane i; lane i belongs at bits i*bits of the packed byte,
+        # i.e. it moves down by i*(8 - bits). The low byte of the OR is the packed byte.
+        word = words.dtype.type
+        acc = np.right_shift(words, word(8 - bits))
+        if per > 2:
+            tmp = np.empty_like(words)
+            for i in range(2, per):
+                np.right_shift(words, word(i * (8 - bits)), out=tmp)
+                acc |= tmp
+        np.bitwise_or(words, acc, out=out[:full], casting="unsafe")
+        if full < len(out):  # the last, partly padded byte
+            out[full] = sum(int(v) << (i * bits) for i, v in enumerate(x[full * per:]))
         return [out]
 
     def inverse(self, n, t, read):
-        per = 8 // t.bits
-        packed = read(0, self.packed_length(n, t.bits))
-        if t.bits == 1:
+        bits = t.bits
+        packed = read(0, self.packed_length(n, bits))
+        if bits == 1:
             return np.unpackbits(packed, bitorder="little")[:n]
-        mask = np.uint8((1 << t.bits) - 1)
-        lanes = np.empty((len(packed), per), np.uint8)
-        for i in range(per):
-            np.bitwise_and(packed >> np.uint8(i * t.bits), mask, out=lanes[:, i])
-        return lanes.reshape(-1)[:n]
+        wtype = self._WORDS[bits]
+        word = wtype.type
+        # Widen each byte to a word, copy it into every lane shifted up by i*(8 - bits),
+        # then keep the low `bits` of each lane: byte i of the word is lane i.
+        acc = np.left_shift(packed, word(8 - bits), dtype=wtype)
+        if bits == 2:
+            tmp = np.empty_like(acc)
+            for i in range(2, 4):
+                acc |= np.left_shift(packed, word(i * (8 - bits)), out=tmp, dtype=wtype)
+        acc |= packed  # lane 0
+        lane_mask = int.from_bytes(bytes([(1 << bits) - 1]) * wtype.itemsize, "little")
+        acc &= word(lane_mask)
+        return acc.view(np.uint8)[:n]
