@@ -218,6 +218,7 @@ def test_signal_with_worker_processes(big_source, tmp_path, sig):
         return
     assert p.returncode == 130, (p.returncode, err)
     assert err.strip() == "brevis: interrupted", err  # no tracebacks from the workers
-    assert elapsed < 2, f"{elapsed:.2f} s from SIG{sig} to exit"
+    print(f"SIG{sig}: exit {elapsed:.2f} s after the signal")
+    assert elapsed < 5, f"{elapsed:.2f} s from SIG{sig} to exit"  # as tests/robustness (a loaded machine)
     assert not out.exists()
     assert [x.name for x in tmp_path.iterdir()] == []
