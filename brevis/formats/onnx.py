@@ -113,14 +113,26 @@ class _Reader:
             self.base = self.pos
 
     def varint(self, end: int) -> int:
-        self._fill(10)
+        # Inlined window check and a one-byte fast path: most tags and lengths are one
+        # byte, and this runs once or twice per protobuf field.
+        off = self.pos - self.base
+        buf = self.buf
+        if off < 0 or off + 10 > len(buf):
+            self._fill(10)
+            off = self.pos - self.base
+            buf = self.buf
         try:
-            value, i = _varint(self.buf, self.pos - self.base)
+            b = buf[off]
+            if b < 0x80:
+                value, i = b, off + 1
+            else:
+                value, i = _varint(buf, off)
         except IndexError:
             raise ParseError("varint cut by the end of the file") from None
-        self.pos = self.base + i
-        if self.pos > end:
+        pos = self.base + i
+        if pos > end:
             raise ParseError("varint runs past its message")
+        self.pos = pos
         return value
 
     def read(self, n: int) -> bytes:
@@ -135,29 +147,44 @@ class _Reader:
     def fields(self, end: int) -> Iterator[tuple[int, int, int]]:
         """(field number, wire type, value) up to `end`; LEN fields give their length
         with the reader at the payload, and the caller must leave it at the payload's end."""
+        varint = self.varint
         while self.pos < end:
-            tag = self.varint(end)
+            off = self.pos - self.base
+            buf = self.buf
+            if 0 <= off < len(buf) and buf[off] < 0x80:  # a one-byte tag (field numbers 1..15)
+                tag = buf[off]
+                self.pos += 1  # within the message: pos < end
+            else:
+                tag = varint(end)
             number, wire = tag >> 3, tag & 7
             if number == 0:
                 raise ParseError("protobuf field number 0")
-            if wire == VARINT:
-                yield number, wire, self.varint(end)
+            if wire == VARINT or wire == LEN:
+                # The value or length, with the same one-byte fast path as the tag.
+                off = self.pos - self.base
+                buf = self.buf
+                if self.pos < end and 0 <= off < len(buf) and buf[off] < 0x80:
+                    v = buf[off]
+                    self.pos += 1
+                else:
+                    v = varint(end)
+                if wire == VARINT:
+                    yield number, wire, v
+                    continue
+                if self.pos + v > end:
+                    raise ParseError("length-delimited field runs past its message")
+                stop = self.pos + v
+                yield number, wire, v
+                if self.pos != stop:  # the caller did not descend: skip the payload
+                    if self.pos > stop:
+                        raise ParseError("nested message overran its field")
+                    self.pos = stop
             elif wire == I64 or wire == I32:
                 n = 8 if wire == I64 else 4
                 if self.pos + n > end:
                     raise ParseError("fixed-width field runs past its message")
                 self.pos += n
                 yield number, wire, 0
-            elif wire == LEN:
-                n = self.varint(end)
-                if self.pos + n > end:
-                    raise ParseError("length-delimited field runs past its message")
-                stop = self.pos + n
-                yield number, wire, n
-                if self.pos != stop:  # the caller did not descend: skip the payload
-                    if self.pos > stop:
-                        raise ParseError("nested message overran its field")
-                    self.pos = stop
             else:
                 raise ParseError(f"protobuf wire type {wire} not supported")
         if self.pos != end:
