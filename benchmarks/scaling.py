@@ -1,0 +1,151 @@
+"""How compression scales with workers: brevis compress -j1 against -j2, and
+zstd -3 with 1 and 2 threads on the same bytes, in one run; then
+compress-many on a local Dask cluster of 1 and 2 workers.
+
+    python benchmarks/scaling.py                       # the six items of issue 4
+    python benchmarks/scaling.py --items ppocr-v5 --repeat 5 --modes j1,j2,j2-threads
+    python benchmarks/scaling.py --dask ppocr-v5,pocketnet-v3,piper-joe-medium,minilm-l6-v2
+
+Every brevis run is `python -m brevis compress ITEM -j N --json` in a fresh
+process (throughput from its summary: scan, learning, planning, encoding
+and writing; not the interpreter's start). Runs of one item alternate
+between the modes, `--repeat` times, and the best of each is kept, since
+the machine may be shared. Peak RSS is the brevis process's own and, with
+worker processes, the largest worker's. Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CORPUS = Path(os.environ.get("BREVIS_CORPUS", Path.home() / ".cache" / "brevis-corpus"))
+ITEMS = ["astra-i3d-resnet152", "piper-joe-medium", "ppocr-v5", "pocketnet-v3", "minilm-l6-v2", "gemma3-270m-q4km"]
+REPO = Path(__file__).resolve().parent.parent
+
+# Runs brevis in this process and reports its peak RSS and its children's.
+LAUNCHER = """
+import json, resource, sys
+from brevis import encoder, cli
+mode = sys.argv.pop(1)
+if mode == "threads":
+    encoder.PROCESS_MIN_BYTES = 1 << 62
+elif mode == "processes":
+    encoder.PROCESS_MIN_BYTES = 0
+try:
+    cli.main(sys.argv[1:])
+finally:
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(json.dumps({"rss_kib": s.ru_maxrss, "child_rss_kib": c.ru_maxrss,
+                      "cpu_s": s.ru_utime + s.ru_stime, "child_cpu_s": c.ru_utime + c.ru_stime}), file=sys.stderr)
+"""
+
+
+def files_of(item: str) -> list[Path]:
+    return sorted(p for p in (CORPUS / item).rglob("*") if p.is_file())
+
+
+def brevis_run(item: str, threads: int, mode: str, tmp: Path) -> dict:
+    out = tmp / f"{item}.brv"
+    r = subprocess.run([sys.executable, "-c", LAUNCHER, mode, "compress", str(CORPUS / item), "-o", str(out),
+                        "-f", "-q", "--json", "-j", str(threads)], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=3600)
+    if r.returncode != 0:
+        raise SystemExit(f"{item} -j{threads}: {r.stderr}")
+    s = json.loads(r.stdout)
+    s.update(json.loads(r.stderr.strip().splitlines()[-1]))
+    s["sha256"] = subprocess.run(["sha256sum", str(out)], capture_output=True, text=True).stdout.split()[0]
+    return s
+
+
+def zstd_run(item: str, threads: int) -> float:
+    import zstandard
+
+    total, seconds = 0, 0.0
+    for p in files_of(item):
+        data = p.read_bytes()
+        c = zstandard.ZstdCompressor(level=3, threads=threads)
+        t = time.perf_counter()
+        c.compress(data)
+        seconds += time.perf_counter() - t
+        total += len(data)
+    return total / seconds / 1e6
+
+
+MODES = {"j1": (1, "auto"), "j2": (2, "auto"), "j2-threads": (2, "threads"), "j2-processes": (2, "processes")}
+
+
+def scaling(items: list[str], modes: list[str], repeat: int) -> None:
+    print("| item | MB | " + " | ".join(f"brevis {m} MB/s" for m in modes) + " | j2/j1 | zstd -3 t1 | zstd -3 t2 | "
+          "t2/t1 | peak RSS MiB j1 | j2 (main + largest worker) |")
+    print("|---|---:|" + "---:|" * (len(modes) + 6))
+    with tempfile.TemporaryDirectory() as tmp:
+        for item in items:
+            best: dict[str, dict] = {}
+            for _ in range(repeat):
+                for m in modes:
+                    threads, mode = MODES[m]
+                    s = brevis_run(item, threads, mode, Path(tmp))
+                    if m not in best or s["throughput_mb_s"] > best[m]["throughput_mb_s"]:
+                        best[m] = s
+            hashes = {s["sha256"] for s in best.values()}
+            assert len(hashes) == 1, f"{item}: archives differ between modes"
+            z1 = max(zstd_run(item, 1) for _ in range(repeat))
+            z2 = max(zstd_run(item, 2) for _ in range(repeat))
+            size = best[modes[0]]["original_bytes"] / 1e6
+            cells = [f"{best[m]['throughput_mb_s']:.1f}" for m in modes]
+            ratio = (f"{best['j2']['throughput_mb_s'] / best['j1']['throughput_mb_s']:.2f}"
+                     if "j1" in best and "j2" in best else "")
+            rss1 = best["j1"]["rss_kib"] // 1024 if "j1" in best else ""
+            rss2 = (f"{best['j2']['rss_kib'] // 1024} + {best['j2']['child_rss_kib'] // 1024}"
+                    if "j2" in best else "")
+            print(f"| {item} | {size:.0f} | " + " | ".join(cells) + f" | {ratio} | {z1:.0f} | {z2:.0f} | "
+                  f"{z2 / z1:.2f} | {rss1} | {rss2} |", flush=True)
+
+
+def dask_scaling(items: list[str], repeat: int) -> None:
+    print("| workers | checkpoints | MB | seconds | MB/s | speed-up |")
+    print("|---:|---|---:|---:|---:|---:|")
+    first = None
+    for workers in (1, 2):
+        best = None
+        for _ in range(repeat):
+            with tempfile.TemporaryDirectory() as tmp:
+                r = subprocess.run([sys.executable, "-m", "brevis", "compress-many",
+                                    *[str(CORPUS / i) for i in items], "-o", tmp, "-w", str(workers),
+                                    "--engine", "dask", "--json", "-q"], capture_output=True, text=True,
+                                   env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=3600)
+                if r.returncode != 0:
+                    raise SystemExit(r.stderr)
+                s = json.loads(r.stdout)
+                if best is None or s["seconds"] < best["seconds"]:
+                    best = s
+        first = first or best["seconds"]
+        mb = best["original_bytes"] / 1e6
+        print(f"| {workers} | {', '.join(items)} | {mb:.0f} | {best['seconds']:.1f} | {mb / best['seconds']:.1f} | "
+              f"{first / best['seconds']:.2f} |", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--items", default=",".join(ITEMS))
+    ap.add_argument("--modes", default="j1,j2", help=f"of {', '.join(MODES)}")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dask", default="", help="items for compress-many with 1 and 2 Dask workers")
+    args = ap.parse_args()
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()}, {os.cpu_count()} CPUs")
+    if args.items:
+        scaling(args.items.split(","), args.modes.split(","), args.repeat)
+    if args.dask:
+        dask_scaling(args.dask.split(","), args.repeat)
+    print(f"load average at the end {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
