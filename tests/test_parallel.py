@@ -222,3 +222,32 @@ def test_signal_with_worker_processes(big_source, tmp_path, sig):
     assert elapsed < 5, f"{elapsed:.2f} s from SIG{sig} to exit"  # as tests/robustness (a loaded machine)
     assert not out.exists()
     assert [x.name for x in tmp_path.iterdir()] == []
+
+
+SHRINK = """
+import os, sys
+from brevis import encoder, cli
+encoder.PROCESS_MIN_BYTES = int(sys.argv.pop(1))
+learn = encoder._learn
+def shrink_then_learn(planner, scanned, *a, **k):  # the file shrinks after the scan, before encoding
+    r = learn(planner, scanned, *a, **k)
+    os.truncate(scanned[0].source.path, scanned[0].size // 2)
+    return r
+encoder._learn = shrink_then_learn
+sys.argv = ["brevis", *sys.argv[1:]]
+cli.main()
+"""
+
+
+@pytest.mark.parametrize("min_bytes", [0, 1 << 62], ids=["processes", "threads"])
+def test_worker_error_is_one_line(big_source, tmp_path, min_bytes):
+    """A source that shrinks while it is archived: the same line and exit code from a worker process."""
+    src = tmp_path / "src"
+    shutil.copytree(big_source, src)
+    out = tmp_path / "out" / "x.brv"
+    out.parent.mkdir()
+    r = subprocess.run([sys.executable, "-c", SHRINK, str(min_bytes), "compress", src, "-o", out, "-j", "2", "-q"],
+                       capture_output=True, text=True, env=ENV, timeout=120)
+    assert r.returncode == 8, r.stderr
+    assert r.stderr == f"brevis: i/o error: {src / 'gen.safetensors'} shrank while being read\n"
+    assert list(out.parent.iterdir()) == []
