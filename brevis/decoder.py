@@ -13,6 +13,10 @@ import errno
 import os
 import shutil
 import time
+from collections import deque
+from concurrent.futures import Executor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -21,8 +25,8 @@ import numpy as np
 from .archive.index import DIGEST_BYTES, FileEntry
 from .archive.reader import ArchiveReader
 from .archive.writer import io_failure, make_temp, remove_stale
-from .errors import BrevisError, ChecksumError, InvalidArgument, IOFailure, OutputExists
-from .parallel import Pool
+from .errors import BrevisError, ChecksumError, FormatError, InvalidArgument, IOFailure, OutputExists
+from .parallel import Pool, can_start_processes, chunk_processes
 from .sources import collect
 
 Progress = Callable[[int], None] | None
@@ -99,71 +103,213 @@ def file_chunks(decoder: ChunkDecoder, entry: FileEntry, pool: Pool) -> Iterator
         yield memoryview(data)
 
 
+# Archives of fewer original bytes are decoded on the thread pool: starting
+# worker processes costs more than it saves (the same bound as compress).
+PROCESS_MIN_BYTES = 32 << 20
+# A job for a worker process decodes about this many original bytes of one
+# file (whole chunks, in order) and writes them in place itself, so no
+# decoded byte travels between processes.
+TASK_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class DecodeTask:
+    archive: str
+    digest: bytes  # of the archive's index: a worker refuses an archive replaced meanwhile
+    file: int  # index of the file entry
+    chunks: tuple[tuple[int, int], ...]  # (segment, chunk) pairs, consecutive in the file
+    offset: int  # where the first chunk's bytes go in the file
+    target: str  # the staged file, already created at its full size
+    shown: str  # the output path, for messages
+
+
+_readers: dict[str, ArchiveReader] = {}  # per worker process
+
+
+def _worker_reader(path: str, digest: bytes) -> ArchiveReader:
+    reader = _readers.get(path)
+    if reader is None:
+        reader = _readers[path] = ArchiveReader(Path(path))
+    if reader.footer.digest != digest:
+        raise FormatError(f"{path} changed while being decoded")
+    return reader
+
+
+def run_decode(task: DecodeTask) -> int:
+    """Decode a run of chunks of one file and write them in place (in a
+    worker process); return the bytes written."""
+    reader = _worker_reader(task.archive, task.digest)
+    entry = reader.index.files[task.file]
+    try:
+        fd = os.open(task.target, os.O_WRONLY)
+    except OSError as e:
+        raise io_failure(e, f"cannot write {task.shown}") from None
+    offset = task.offset
+    try:
+        for s, c in task.chunks:
+            seg = entry.segments[s]
+            data = reader.decode_chunk(seg, seg.chunks[c])
+            view = memoryview(data)
+            while view:
+                try:
+                    written = os.pwrite(fd, view, offset)
+                except OSError as e:
+                    raise io_failure(e, f"cannot write {task.shown}") from None
+                view, offset = view[written:], offset + written
+    finally:
+        os.close(fd)
+    return offset - task.offset
+
+
+def decode_tasks(archive: Path, reader: ArchiveReader, stage: Path, out: Path) -> Iterator[DecodeTask]:
+    """Jobs of about TASK_BYTES covering every chunk of every file."""
+    for i, entry in enumerate(reader.index.files):
+        run: list[tuple[int, int]] = []
+        start = offset = 0
+        for s, seg in enumerate(entry.segments):
+            for c, chunk in enumerate(seg.chunks):
+                run.append((s, c))
+                offset += chunk.n * seg.itemsize
+                if offset - start >= TASK_BYTES:
+                    yield DecodeTask(str(archive), reader.footer.digest, i, tuple(run), start,
+                                     str(stage / entry.path), str(out / entry.path))
+                    run, start = [], offset
+        if run:
+            yield DecodeTask(str(archive), reader.footer.digest, i, tuple(run), start,
+                             str(stage / entry.path), str(out / entry.path))
+
+
+def open_decode_processes(threads: int, total_bytes: int, base=None, processes: bool | None = None):
+    """Worker processes to decode an archive of total_bytes, or None where
+    they would not pay. Archives coded against a base decode on threads:
+    every worker would have to open and check the base again."""
+    if threads > 1 and base is None and processes is not False and can_start_processes():
+        if processes or total_bytes >= PROCESS_MIN_BYTES:
+            return chunk_processes(threads)
+    return None
+
+
+def _decode_in_processes(executor: Executor, archive: Path, reader: ArchiveReader, stage: Path, out: Path,
+                         window: int, progress: Progress) -> None:
+    for entry in reader.index.files:  # every file at its full size, then filled in place
+        target = stage / entry.path
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target, "wb") as f:
+                f.truncate(entry.size)
+        except OSError as e:
+            raise io_failure(e, f"cannot write {out / entry.path}") from None
+    pending: deque = deque()
+    try:
+        for task in decode_tasks(archive, reader, stage, out):
+            pending.append(executor.submit(run_decode, task))
+            if len(pending) >= window:
+                done = pending.popleft().result()
+                if progress:
+                    progress(done)
+        while pending:
+            done = pending.popleft().result()
+            if progress:
+                progress(done)
+    except BrokenProcessPool:
+        raise BrevisError("a decoding worker process died (killed, or out of memory); nothing written") from None
+    finally:
+        for f in pending:
+            f.cancel()
+
+
 def default_output(archive: Path) -> Path:
     return archive.with_suffix("") if archive.suffix == ".brv" else archive.with_name(archive.name + ".out")
 
 
 def decompress(archive, output=None, *, threads: int = 1, force: bool = False,
-               progress: Progress = None, base=None) -> dict:
+               progress: Progress = None, base=None, executor: Executor | None = None,
+               processes: bool | None = None) -> dict:
+    """Rebuild the archived files under `output`; return a summary.
+
+    With threads > 1, an archive of at least PROCESS_MIN_BYTES (or any,
+    with processes=True) is decoded by worker processes that write the
+    chunks in place; `executor` may give such processes (the caller shuts
+    them down)."""
     start = time.perf_counter()
     archive = Path(archive)
     with ArchiveReader(archive) as reader:
-        index = reader.index
-        decoder = ChunkDecoder(reader, base)
-        out = Path(output) if output is not None else default_output(archive)
-        if out.exists() and not out.is_dir():
-            raise OutputExists(f"{out} exists and is not a folder")
-        if not force:
-            clashes = [f.path for f in index.files if os.path.lexists(out / f.path)]
-            if clashes:
-                raise OutputExists(f"{out / clashes[0]} exists (use --force to overwrite)")
-        parent = out.absolute().parent
-        if not parent.is_dir():
-            raise InvalidArgument(f"cannot write {out}: folder {parent} does not exist")
-        if out.is_dir():
-            # Refuse links that lead outside before spending any time decoding.
-            _check_inside(out, index)
-        where = _stage_parent(out, parent)
+        own = None
+        if executor is None:
+            own = executor = open_decode_processes(threads, reader.index.original_bytes, base, processes)
         try:
-            free = shutil.disk_usage(where).free
+            return _decompress(reader, output, threads, force, progress, base, executor, start)
+        finally:
+            if own is not None:
+                own.shutdown(wait=True, cancel_futures=True)
+
+
+def _decompress(reader: ArchiveReader, output, threads: int, force: bool, progress: Progress, base,
+                executor: Executor | None, start: float) -> dict:
+    archive = reader.path
+    index = reader.index
+    decoder = ChunkDecoder(reader, base)
+    out = Path(output) if output is not None else default_output(archive)
+    if out.exists() and not out.is_dir():
+        raise OutputExists(f"{out} exists and is not a folder")
+    if not force:
+        clashes = [f.path for f in index.files if os.path.lexists(out / f.path)]
+        if clashes:
+            raise OutputExists(f"{out / clashes[0]} exists (use --force to overwrite)")
+    parent = out.absolute().parent
+    if not parent.is_dir():
+        raise InvalidArgument(f"cannot write {out}: folder {parent} does not exist")
+    if out.is_dir():
+        # Refuse links that lead outside before spending any time decoding.
+        _check_inside(out, index)
+    where = _stage_parent(out, parent)
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError as e:
+        raise io_failure(e, f"cannot write {out}") from None
+    if index.original_bytes > free:
+        raise IOFailure(f"{out}: needs {index.original_bytes} bytes, {free} free on disk")
+    started = time.time_ns()
+    stage = lock = None
+    try:
+        try:
+            stage, lock = make_temp(where, out.name, folder=True)
         except OSError as e:
             raise io_failure(e, f"cannot write {out}") from None
-        if index.original_bytes > free:
-            raise IOFailure(f"{out}: needs {index.original_bytes} bytes, {free} free on disk")
-        started = time.time_ns()
-        stage = lock = None
-        try:
+        remove_stale(where, out.name, started)
+        if executor is not None and decoder.base is None:
+            _decode_in_processes(executor, archive.absolute(), reader, stage, out, 2 * max(1, threads), progress)
+        else:
+            _decode_in_threads(decoder, stage, out, threads, progress)
+        for d in index.dirs:
             try:
-                stage, lock = make_temp(where, out.name, folder=True)
+                (stage / d).mkdir(parents=True, exist_ok=True)
             except OSError as e:
-                raise io_failure(e, f"cannot write {out}") from None
-            remove_stale(where, out.name, started)
-            with Pool(threads) as pool:
-                for entry in index.files:
-                    target = stage / entry.path
-                    try:
-                        target.parent.mkdir(parents=True, exist_ok=True)
-                        with open(target, "wb") as f:
-                            for data in file_chunks(decoder, entry, pool):
-                                f.write(data)
-                                if progress:
-                                    progress(len(data))
-                    except OSError as e:
-                        raise io_failure(e, f"cannot write {out / entry.path}") from None
-            for d in index.dirs:
-                try:
-                    (stage / d).mkdir(parents=True, exist_ok=True)
-                except OSError as e:
-                    raise io_failure(e, f"cannot write {out / d}") from None
-            _move_into_place(stage, out, index, force)
-        finally:
-            if stage is not None:
-                shutil.rmtree(stage, ignore_errors=True)
-            if lock is not None:
-                os.close(lock)
+                raise io_failure(e, f"cannot write {out / d}") from None
+        _move_into_place(stage, out, index, force)
+    finally:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+        if lock is not None:
+            os.close(lock)
     seconds = time.perf_counter() - start
     return {"archive": str(archive), "output": str(out), "files": len(index.files),
             "bytes": index.original_bytes, "seconds": seconds}
+
+
+def _decode_in_threads(decoder: ChunkDecoder, stage: Path, out: Path, threads: int, progress: Progress) -> None:
+    with Pool(threads) as pool:
+        for entry in decoder.reader.index.files:
+            target = stage / entry.path
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with open(target, "wb") as f:
+                    for data in file_chunks(decoder, entry, pool):
+                        f.write(data)
+                        if progress:
+                            progress(len(data))
+            except OSError as e:
+                raise io_failure(e, f"cannot write {out / entry.path}") from None
 
 
 def _stage_parent(out: Path, parent: Path) -> Path:

@@ -1,0 +1,198 @@
+"""Decompression in worker processes (decoder.py: DecodeTask, run_decode).
+
+What must hold: the files are the same whether chunks are decoded inline,
+on threads or in worker processes that write them in place, with jobs of
+any size; damage found in a worker reaches the caller as the same
+BrevisError and leaves nothing behind; an archive coded against a base
+decodes on threads; Ctrl-C and SIGTERM during a decompression with worker
+processes exit 130 at once with one line, leave no worker and no output.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import brevis
+from brevis import decoder
+from brevis.archive.reader import ArchiveReader
+from brevis.errors import ChecksumError
+from helpers import REPO, write_safetensors
+
+PTH = REPO / "examples" / "taesd" / "taef2_decoder.pth"
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+RUN = "import sys; from brevis.__main__ import main; sys.argv[0] = 'brevis'; sys.exit(main())"
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory) -> tuple[Path, Path]:
+    """taesd, a tied tensor, a constant, random bytes and an empty file, archived."""
+    if not PTH.is_file():
+        pytest.skip(f"{PTH} not found")
+    tmp = tmp_path_factory.mktemp("decode")
+    src = tmp / "src"
+    (src / "sub").mkdir(parents=True)
+    shutil.copyfile(PTH, src / PTH.name)
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal(1 << 20) * 0.02).astype(np.float16).tobytes()
+    write_safetensors(src / "sub" / "model.safetensors", {
+        "embed.weight": ("F16", (1024, 1024), w),
+        "lm_head.weight": ("F16", (1024, 1024), w),
+        "norm.weight": ("F32", (4096,), np.ones(4096, np.float32).tobytes()),
+        "noise": ("U8", (300_000,), rng.integers(0, 256, 300_000, dtype=np.uint8).tobytes()),
+    })
+    (src / "empty").write_bytes(b"")
+    out = tmp / "a.brv"
+    brevis.compress([src], out)
+    return src, out
+
+
+@pytest.mark.parametrize("task_bytes", [1, 1 << 20, decoder.TASK_BYTES])
+def test_same_files_in_worker_processes(archive, tmp_path, monkeypatch, task_bytes):
+    src, arc = archive
+    monkeypatch.setattr(decoder, "TASK_BYTES", task_bytes)
+    brevis.decompress(arc, tmp_path / "procs", threads=2, processes=True)
+    brevis.decompress(arc, tmp_path / "inline", threads=1)
+    assert tree(tmp_path / "procs") == tree(tmp_path / "inline") == tree(src)
+
+
+def test_tasks_cover_every_chunk_once(archive, tmp_path):
+    _, arc = archive
+    with ArchiveReader(arc) as reader:
+        tasks = list(decoder.decode_tasks(arc, reader, tmp_path, tmp_path))
+        index = reader.index
+        wanted = [(i, s, c) for i, f in enumerate(index.files) for s, seg in enumerate(f.segments)
+                  for c in range(len(seg.chunks))]
+        assert [(t.file, s, c) for t in tasks for s, c in t.chunks] == wanted
+        for t in tasks:  # each task starts where the chunks before it in its file end
+            f = index.files[t.file]
+            s0, c0 = t.chunks[0]
+            before = sum(ch.n * seg.itemsize for s, seg in enumerate(f.segments)
+                         for c, ch in enumerate(seg.chunks) if (s, c) < (s0, c0))
+            assert t.offset == before
+
+
+def test_damage_found_in_a_worker_leaves_nothing(archive, tmp_path):
+    _, arc = archive
+    bad = tmp_path / "bad.brv"
+    data = bytearray(arc.read_bytes())
+    with ArchiveReader(arc) as reader:  # flip a byte inside the largest stream
+        off, length, _ = max((st for f in reader.index.files for s in f.segments for c in s.chunks
+                              for st in c.streams), key=lambda st: st[1])
+    data[off + length // 2] ^= 0x40
+    bad.write_bytes(bytes(data))
+    with pytest.raises(ChecksumError):
+        brevis.decompress(bad, tmp_path / "out", threads=2, processes=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.brv"]
+
+
+def test_small_archives_and_bases_decode_on_threads(archive):
+    _, arc = archive
+    assert decoder.open_decode_processes(2, decoder.PROCESS_MIN_BYTES - 1) is None
+    assert decoder.open_decode_processes(1, decoder.PROCESS_MIN_BYTES) is None
+    assert decoder.open_decode_processes(2, decoder.PROCESS_MIN_BYTES, base=str(arc)) is None
+    workers = decoder.open_decode_processes(2, decoder.PROCESS_MIN_BYTES)
+    assert workers is not None
+    workers.shutdown()
+
+
+def test_base_archive_with_processes_requested(tmp_path):
+    rng = np.random.default_rng(5)
+    w = (rng.standard_normal(1 << 18) * 0.02).astype(np.float32)
+    write_safetensors(tmp_path / "base.safetensors", {"w": ("F32", (512, 512), w.tobytes())})
+    tuned = w.copy()
+    tuned[::7] = (tuned[::7].view(np.uint32) ^ np.uint32(1)).view(np.float32)  # a few low bits change
+    (tmp_path / "tuned").mkdir()
+    write_safetensors(tmp_path / "tuned" / "model.safetensors", {"w": ("F32", (512, 512), tuned.tobytes())})
+    brevis.compress([tmp_path / "tuned"], tmp_path / "t.brv", base=tmp_path / "base.safetensors")
+    brevis.decompress(tmp_path / "t.brv", tmp_path / "out", threads=2, processes=True,
+                      base=tmp_path / "base.safetensors")
+    assert tree(tmp_path / "out") == tree(tmp_path / "tuned")
+
+
+# ------------------------------------------------------------------ signals
+def descendants(pid: int) -> set[int]:
+    parents = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    parents[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        for child, parent in parents.items():
+            if parent == p and child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def alive(pids: set[int]) -> set[int]:
+    left = set()
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    left.add(p)
+        except OSError:
+            pass
+    return left
+
+
+@pytest.fixture(scope="module")
+def big_archive(tmp_path_factory) -> Path:
+    """An archive of 48 MiB of original bytes: decoded by worker processes at -j2."""
+    tmp = tmp_path_factory.mktemp("big")
+    src = tmp / "src"
+    src.mkdir()
+    rng = np.random.default_rng(0)
+    write_safetensors(src / "gen.safetensors", {
+        f"layers.{i}.weight": ("F16", (1024, 2048), (rng.standard_normal(1 << 21) * 0.02).astype(np.float16).tobytes())
+        for i in range(12)})
+    out = tmp / "big.brv"
+    brevis.compress([src], out, effort=1, threads=2)
+    return out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig", ["INT", "TERM"])
+def test_signal_while_decoding_in_worker_processes(big_archive, tmp_path, sig):
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, "-c", RUN, "decompress", big_archive, "-o", out, "-j", "2", "-q"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    deadline = time.monotonic() + 60
+    workers: set[int] = set()
+    while len(workers) < 2 and p.poll() is None:
+        assert time.monotonic() < deadline, "no worker processes started"
+        workers = descendants(p.pid)
+        time.sleep(0.01)
+    workers |= descendants(p.pid)
+    sent = time.monotonic()
+    p.send_signal(getattr(signal, f"SIG{sig}"))
+    _, err = p.communicate(timeout=30)
+    elapsed = time.monotonic() - sent
+    if p.returncode == 0:
+        pytest.skip("the run ended before the signal")
+    deadline = time.monotonic() + 3
+    while alive(workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(workers), "worker processes outlived the main process"
+    assert p.returncode == 130, (p.returncode, err)
+    assert err.strip() == "brevis: interrupted", err
+    assert elapsed < 5, f"{elapsed:.2f} s from SIG{sig} to exit"
+    assert list(tmp_path.iterdir()) == []
