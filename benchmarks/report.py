@@ -34,7 +34,8 @@ def markdown(res: dict) -> str:
         f"Python {m['python']} · {_load(m.get('loadavg_1min'))} · {len(items)} items, {total / 1e6:.1f} MB ({res['corpus']})\n",
         "Ratio = compressed / original (lower is better). Throughput = MB (10^6 bytes) of original data "
         "per second of wall clock, file reads and writes included. Peak = peak RSS of the process that "
-        "ran the codec, in MiB; baseline = the same process after importing the codec's library only. "
+        "ran the codec, in MiB, plus, where it started worker processes (Brevis from 2 threads on inputs of "
+        "32 MiB or more), threads x the largest worker's peak (an upper bound); baseline = the same process after importing the codec's library only. "
         "Every output was decompressed and compared with its input by SHA-256. Brevis's decompression "
         "includes its checksum checks. Brevis, zstd, xz (24 MiB blocks in parallel, like `xz -T`) and "
         "ZipNN use the threads given; gzip, brotli (quality 9) and lz4 (default level) are single-threaded. ZipNN runs only on items whose every "
