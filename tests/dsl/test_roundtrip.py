@@ -712,3 +712,80 @@ def test_coder_rejects_streams_of_the_wrong_length(coder):
     with pytest.raises(FormatError):
         coder.decode(memoryview(b"\x00" * len(data)), 10, t) if coder.id == "zstd" else \
             coder.decode(memoryview(data + b"\x00"), 10, t)
+
+
+# ---- stream layouts against plain per-element references (the archive format must not change)
+def _reference_fields(x: np.ndarray, groups) -> list[np.ndarray]:
+    """Each group's ranges packed high to low, one Python integer at a time."""
+    out = []
+    for group in groups:
+        values = []
+        for v in x.tolist():
+            acc = 0
+            for low, w in group:
+                acc = (acc << w) | ((v >> low) & mask(w))
+            values.append(acc)
+        out.append(np.array(values, dtype=np.uint64).astype(Field(sum(w for _, w in group)).container))
+    return out
+
+
+@settings(max_examples=60)
+@given(data=st.data())
+def test_bit_fields_streams_match_a_reference(data):
+    t = data.draw(st.sampled_from(ALL_TYPES), label="t")
+    b = t.bits
+    cuts = sorted(data.draw(st.sets(st.integers(1, b - 1), max_size=min(b - 1, 6)), label="cuts")) if b > 1 else []
+    bounds = [0] + cuts + [b]
+    ranges = data.draw(st.permutations([[lo, hi - lo] for lo, hi in zip(bounds, bounds[1:])]), label="order")
+    k = data.draw(st.integers(1, len(ranges)), label="groups")
+    groups = [ranges[i::k] for i in range(k)]
+    x = data.draw(values(t), label="x")
+    op = BitFields(groups=groups)
+    got = op.forward(x, t)
+    for g, r, ft in zip(got, _reference_fields(x, groups), op.output_types(t)):
+        assert g.dtype == ft.container and g.tolist() == r.tolist()
+    assert as_bytes(op.inverse(len(x), t, lambda i, n: got[i])) == as_bytes(x)
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4])
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 1001])
+def test_pack_bits_layout(bits, n):
+    """Element i in bits (i mod 8/k)*k of byte i div (8/k); the padding is zero."""
+    per = 8 // bits
+    x = np.random.default_rng(n * 8 + bits).integers(0, 1 << bits, n).astype(np.uint8)
+    expected = [0] * PackBits.packed_length(n, bits)
+    for i, v in enumerate(x.tolist()):
+        expected[i // per] |= v << (i % per * bits)
+    (packed,) = PackBits().forward(x, Field(bits))
+    assert packed.dtype == np.uint8 and packed.tolist() == expected
+    frozen = packed.copy()
+    frozen.flags.writeable = False  # decoded streams are read-only buffers
+    out = PackBits().inverse(n, Field(bits), lambda i, m: frozen[:m])
+    assert out.dtype == np.uint8 and out.tolist() == x.tolist()
+
+
+@pytest.mark.parametrize("classes", [[[0], [3, 5], [7]], [[v] for v in range(0, 40, 2)]], ids=["few", "many"])
+def test_partition_across_blocks(classes):
+    """Sub-streams are each class's elements in order, however the chunk is cut into
+    blocks internally (few classes and many take different paths)."""
+    from brevis.dsl.symbols import BLOCK
+
+    t = tensor(DTYPES["F32"])
+    n = 3 * BLOCK + 17
+    rng = np.random.default_rng(len(classes))
+    x = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
+    x = (x & np.uint32(0x807FFFFF)) | (rng.integers(0, 48, n).astype(np.uint32) << np.uint32(23))
+    op = Partition(context=[[23, 8]], rest=[[31, 1], [0, 23]], classes=classes)
+    got = op.forward(x, t)
+    context = (x >> np.uint32(23)) & np.uint32(0xFF)
+    rest = ((x >> np.uint32(8)) & np.uint32(0x800000)) | (x & np.uint32(0x7FFFFF))
+    member = [np.isin(context, c) for c in classes]
+    expected = [context.astype(np.uint8)] + [rest[m] for m in member] + [rest[~np.any(member, axis=0)]]
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.dtype == e.dtype and np.array_equal(g, e)
+    frozen = [g.copy() for g in got]
+    for g in frozen:
+        g.flags.writeable = False
+    out = op.inverse(n, t, lambda i, m: frozen[i][:m] if len(frozen[i]) == m else pytest.fail("wrong count"))
+    assert as_bytes(out) == as_bytes(x)
