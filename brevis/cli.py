@@ -52,8 +52,8 @@ def _emit(as_json: bool, quiet: bool, summary: dict, line: str) -> None:
 
 
 threads_option = click.option("-j", "--threads", type=click.IntRange(min=1), default=None,
-                              help="Worker threads (default: one per core); compress also encodes "
-                                   "inputs of 32 MiB or more in this many worker processes.")
+                              help="Worker threads (default: one per core); compress encodes inputs "
+                                   "of 16 MiB or more in this many worker processes, smaller ones on one thread.")
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 base_option = click.option("--base", type=click.Path(path_type=str), default=None,
@@ -211,9 +211,17 @@ def prior_learn(sources, output, force, effort, threads):
 @json_option
 def decompress(archive, output, force, base, threads, quiet, as_json):
     """Rebuild every archived file, byte for byte."""
-    with progress_bar(0, quiet, "decompress") as update:
-        s = api.decompress(archive, output, threads=threads or default_threads(), force=force,
-                           progress=update, base=base)
+    from .decoder import processes_for
+
+    threads = threads or default_threads()
+    workers = processes_for(archive, threads, base)  # before the progress bar's thread
+    try:
+        with progress_bar(0, quiet, "decompress") as update:
+            s = api.decompress(archive, output, threads=threads, force=force, progress=update, base=base,
+                               executor=workers)
+    finally:
+        if workers is not None:
+            workers.shutdown(wait=True, cancel_futures=True)
     _emit(as_json, quiet, s, f"{s['output']}: {s['files']} files, {_size(s['bytes'])} in {s['seconds']:.1f} s")
 
 
@@ -227,9 +235,17 @@ def decompress(archive, output, force, base, threads, quiet, as_json):
 @json_option
 def verify(archive, sources, base, threads, quiet, as_json):
     """Decode everything and check every checksum (exit 0 only if all match)."""
-    with progress_bar(0, quiet, "verify") as update:
-        r = api.verify(archive, list(sources) or None, threads=threads or default_threads(),
-                       progress=update, base=base)
+    from .decoder import processes_for
+
+    threads = threads or default_threads()
+    workers = processes_for(archive, threads, base)  # before the progress bar's thread
+    try:
+        with progress_bar(0, quiet, "verify") as update:
+            r = api.verify(archive, list(sources) or None, threads=threads, progress=update, base=base,
+                           executor=workers)
+    finally:
+        if workers is not None:
+            workers.shutdown(wait=True, cancel_futures=True)
     if as_json:
         click.echo(json.dumps(r, indent=1))
     elif not quiet:

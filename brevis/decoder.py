@@ -119,8 +119,9 @@ class DecodeTask:
     file: int  # index of the file entry
     chunks: tuple[tuple[int, int], ...]  # (segment, chunk) pairs, consecutive in the file
     offset: int  # where the first chunk's bytes go in the file
-    target: str  # the staged file, already created at its full size
+    target: str | None  # the staged file, created at its full size, to write; None: only check
     shown: str  # the output path, for messages
+    source: str | None = None  # the original file, to compare with (verify)
 
 
 _readers: dict[str, ArchiveReader] = {}  # per worker process
@@ -133,6 +134,16 @@ def _worker_reader(path: str, digest: bytes) -> ArchiveReader:
     if reader.footer.digest != digest:
         raise FormatError(f"{path} changed while being decoded")
     return reader
+
+
+def _pwrite_all(fd: int, data, offset: int, shown: str) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.pwrite(fd, view, offset)
+        except OSError as e:
+            raise io_failure(e, f"cannot write {shown}") from None
+        view, offset = view[written:], offset + written
 
 
 def run_decode(task: DecodeTask) -> int:
@@ -149,21 +160,67 @@ def run_decode(task: DecodeTask) -> int:
         for s, c in task.chunks:
             seg = entry.segments[s]
             data = reader.decode_chunk(seg, seg.chunks[c])
-            view = memoryview(data)
-            while view:
-                try:
-                    written = os.pwrite(fd, view, offset)
-                except OSError as e:
-                    raise io_failure(e, f"cannot write {task.shown}") from None
-                view, offset = view[written:], offset + written
+            _pwrite_all(fd, data, offset, task.shown)
+            offset += len(data)
     finally:
         os.close(fd)
     return offset - task.offset
 
 
-def decode_tasks(archive: Path, reader: ArchiveReader, stage: Path, out: Path) -> Iterator[DecodeTask]:
-    """Jobs of about TASK_BYTES covering every chunk of every file."""
+def run_check(task: DecodeTask) -> tuple[int, list[tuple[str | None, str]]]:
+    """Decode a run of chunks and check them (and compare them with the
+    source, if the task names one), in a worker process; return the bytes
+    checked and the (segment name, problem) pairs found, in order."""
+    reader = _worker_reader(task.archive, task.digest)
+    entry = reader.index.files[task.file]
+    problems: list[tuple[str | None, str]] = []
+    fd = -1
+    if task.source is not None:
+        try:
+            fd = os.open(task.source, os.O_RDONLY)
+        except OSError as e:
+            return 0, [(None, f"cannot read source: {e.strerror}")]
+    offset = task.offset
+    try:
+        for s, c in task.chunks:
+            seg = entry.segments[s]
+            chunk = seg.chunks[c]
+            length = chunk.n * seg.itemsize
+            try:
+                data = reader.decode_chunk(seg, chunk)
+            except BrevisError as e:
+                problems.append((seg.name, str(e)))
+            else:
+                if fd >= 0 and _read_up_to(fd, offset, length) != data.tobytes():
+                    problems.append((seg.name, "decoded bytes differ from the source"))
+            offset += length
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return offset - task.offset, problems
+
+
+def _read_up_to(fd: int, offset: int, length: int) -> bytes:
+    """Up to length bytes at offset (fewer only at the end of the file)."""
+    out = b""
+    while len(out) < length:
+        more = os.pread(fd, length - len(out), offset + len(out))
+        if not more:
+            break
+        out += more
+    return out
+
+
+def decode_tasks(archive: Path, reader: ArchiveReader, stage: Path | None, out: Path,
+                 sources: dict[int, str] | None = None) -> Iterator[DecodeTask]:
+    """Jobs of about TASK_BYTES covering every chunk of every file; each
+    writes into `stage` (None: checks only), compares with sources[file]
+    where given."""
+    sources = sources or {}
     for i, entry in enumerate(reader.index.files):
+        target = str(stage / entry.path) if stage is not None else None
+        make = lambda run, start: DecodeTask(str(archive), reader.footer.digest, i, tuple(run), start,  # noqa: E731
+                                             target, str(out / entry.path), sources.get(i))
         run: list[tuple[int, int]] = []
         start = offset = 0
         for s, seg in enumerate(entry.segments):
@@ -171,12 +228,29 @@ def decode_tasks(archive: Path, reader: ArchiveReader, stage: Path, out: Path) -
                 run.append((s, c))
                 offset += chunk.n * seg.itemsize
                 if offset - start >= TASK_BYTES:
-                    yield DecodeTask(str(archive), reader.footer.digest, i, tuple(run), start,
-                                     str(stage / entry.path), str(out / entry.path))
+                    yield make(run, start)
                     run, start = [], offset
         if run:
-            yield DecodeTask(str(archive), reader.footer.digest, i, tuple(run), start,
-                             str(stage / entry.path), str(out / entry.path))
+            yield make(run, start)
+
+
+def _in_order(executor: Executor, fn, tasks: Iterator[DecodeTask], window: int) -> Iterator[tuple[DecodeTask, object]]:
+    """(task, fn(task)) on the executor, at most `window` in flight, in order."""
+    pending: deque = deque()
+    try:
+        for task in tasks:
+            pending.append((task, executor.submit(fn, task)))
+            if len(pending) >= window:
+                t, f = pending.popleft()
+                yield t, f.result()
+        while pending:
+            t, f = pending.popleft()
+            yield t, f.result()
+    except BrokenProcessPool:
+        raise BrevisError("a decoding worker process died (killed, or out of memory)") from None
+    finally:
+        for _, f in pending:
+            f.cancel()
 
 
 def open_decode_processes(threads: int, total_bytes: int, base=None, processes: bool | None = None):
@@ -189,6 +263,19 @@ def open_decode_processes(threads: int, total_bytes: int, base=None, processes: 
     return None
 
 
+def processes_for(archive, threads: int, base=None):
+    """Worker processes to decode or verify this archive (see
+    open_decode_processes), opened ahead of any thread of the caller's (a
+    progress bar) so that they can start by fork; None if they would not
+    pay or the archive cannot be read (the call that follows says why)."""
+    try:
+        with ArchiveReader(Path(archive)) as reader:
+            total = reader.index.original_bytes
+    except BrevisError:
+        return None
+    return open_decode_processes(threads, total, base)
+
+
 def _decode_in_processes(executor: Executor, archive: Path, reader: ArchiveReader, stage: Path, out: Path,
                          window: int, progress: Progress) -> None:
     for entry in reader.index.files:  # every file at its full size, then filled in place
@@ -199,23 +286,9 @@ def _decode_in_processes(executor: Executor, archive: Path, reader: ArchiveReade
                 f.truncate(entry.size)
         except OSError as e:
             raise io_failure(e, f"cannot write {out / entry.path}") from None
-    pending: deque = deque()
-    try:
-        for task in decode_tasks(archive, reader, stage, out):
-            pending.append(executor.submit(run_decode, task))
-            if len(pending) >= window:
-                done = pending.popleft().result()
-                if progress:
-                    progress(done)
-        while pending:
-            done = pending.popleft().result()
-            if progress:
-                progress(done)
-    except BrokenProcessPool:
-        raise BrevisError("a decoding worker process died (killed, or out of memory); nothing written") from None
-    finally:
-        for f in pending:
-            f.cancel()
+    for _, done in _in_order(executor, run_decode, decode_tasks(archive, reader, stage, out), window):
+        if progress:
+            progress(done)
 
 
 def default_output(archive: Path) -> Path:
@@ -373,49 +446,99 @@ def _move_into_place(stage: Path, out: Path, index, force: bool) -> None:
         raise io_failure(e, f"cannot write {out}") from None
 
 
-def verify(archive, sources=None, *, threads: int = 1, progress: Progress = None, base=None) -> dict:
+def verify(archive, sources=None, *, threads: int = 1, progress: Progress = None, base=None,
+           executor: Executor | None = None, processes: bool | None = None) -> dict:
     """Decode everything and check it; with `sources`, compare to the originals too.
 
     `sources` are named as for compress (the same paths give the same names).
     Returns a report whose "ok" is True only when everything matched;
     problems are listed per file and segment instead of stopping at the first.
+    Worker processes check the chunks where decompress would use them.
     """
     start = time.perf_counter()
-    problems: list[dict] = []
-
-    def problem(file, segment, error):
-        problems.append({"file": file, "segment": segment, "error": error})
-
     originals = None
     if sources:
         files, _ = collect([sources] if isinstance(sources, (str, os.PathLike)) else list(sources))
         originals = {s.name: s.path for s in files}
     with ArchiveReader(Path(archive)) as reader:
+        own = None
+        if executor is None:
+            own = executor = open_decode_processes(threads, reader.index.original_bytes, base, processes)
+        try:
+            decoder = ChunkDecoder(reader, base)
+            if executor is not None and decoder.base is None:
+                problems = _verify_in_processes(executor, reader, originals, 2 * max(1, threads), progress)
+            else:
+                problems = _verify_in_threads(decoder, originals, threads, progress)
+        finally:
+            if own is not None:
+                own.shutdown(wait=True, cancel_futures=True)
         index = reader.index
-        decoder = ChunkDecoder(reader, base)
-        with Pool(threads) as pool:
-            for entry in index.files:
-                original = None
-                if originals is not None:
-                    if entry.path not in originals:
-                        problem(entry.path, None, "missing from the source")
-                    else:
-                        try:
-                            original = open(originals[entry.path], "rb")
-                        except OSError as e:
-                            problem(entry.path, None, f"cannot read source: {e.strerror}")
-                for seg, error in _check_file(decoder, entry, pool, original, progress):
-                    problem(entry.path, seg.name, error)
-                if original is not None:
-                    if original.read(1):
-                        problem(entry.path, None, "source file is longer than the archived one")
-                    original.close()
         if originals is not None:
             for name in sorted(set(originals) - {f.path for f in index.files}):
-                problem(name, None, "in the source but not in the archive")
+                problems.append(_problem(name, None, "in the source but not in the archive"))
     return {"archive": str(archive), "ok": not problems, "files": len(index.files),
             "bytes": index.original_bytes, "problems": problems,
             "seconds": time.perf_counter() - start}
+
+
+def _problem(file, segment, error) -> dict:
+    return {"file": file, "segment": segment, "error": error}
+
+
+def _verify_in_threads(decoder: ChunkDecoder, originals: dict | None, threads: int, progress: Progress) -> list[dict]:
+    problems: list[dict] = []
+    with Pool(threads) as pool:
+        for entry in decoder.reader.index.files:
+            original = None
+            if originals is not None:
+                if entry.path not in originals:
+                    problems.append(_problem(entry.path, None, "missing from the source"))
+                else:
+                    try:
+                        original = open(originals[entry.path], "rb")
+                    except OSError as e:
+                        problems.append(_problem(entry.path, None, f"cannot read source: {e.strerror}"))
+            for seg, error in _check_file(decoder, entry, pool, original, progress):
+                problems.append(_problem(entry.path, seg.name, error))
+            if original is not None:
+                if original.read(1):
+                    problems.append(_problem(entry.path, None, "source file is longer than the archived one"))
+                original.close()
+    return problems
+
+
+def _verify_in_processes(executor: Executor, reader: ArchiveReader, originals: dict | None, window: int,
+                         progress: Progress) -> list[dict]:
+    """The same problems, in the same order, as _verify_in_threads."""
+    files = reader.index.files
+    before: dict[int, list[dict]] = {}  # per file: problems found before its chunks
+    after: dict[int, list[dict]] = {}  # ... and after them
+    sources: dict[int, str] = {}
+    for i, entry in enumerate(files):
+        if originals is None:
+            continue
+        if entry.path not in originals:
+            before[i] = [_problem(entry.path, None, "missing from the source")]
+            continue
+        path = originals[entry.path]
+        try:
+            with open(path, "rb") as f:
+                longer = os.fstat(f.fileno()).st_size > entry.size
+        except OSError as e:
+            before[i] = [_problem(entry.path, None, f"cannot read source: {e.strerror}")]
+            continue
+        sources[i] = str(path)
+        if longer:
+            after[i] = [_problem(entry.path, None, "source file is longer than the archived one")]
+    found: dict[int, list[dict]] = {}
+    tasks = decode_tasks(reader.path.absolute(), reader, None, Path(""), sources)
+    for task, (done, chunk_problems) in _in_order(executor, run_check, tasks, window):
+        path = files[task.file].path
+        found.setdefault(task.file, []).extend(_problem(path, seg, error) for seg, error in chunk_problems)
+        if progress:
+            progress(done)
+    return [p for i in range(len(files)) for p in before.get(i, []) + found.get(i, []) + after.get(i, [])]
 
 
 def _check_file(decoder: ChunkDecoder, entry: FileEntry, pool: Pool, original, progress: Progress):

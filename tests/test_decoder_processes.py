@@ -196,3 +196,33 @@ def test_signal_while_decoding_in_worker_processes(big_archive, tmp_path, sig):
     assert err.strip() == "brevis: interrupted", err
     assert elapsed < 5, f"{elapsed:.2f} s from SIG{sig} to exit"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_verify_in_worker_processes_reports_like_threads(archive, tmp_path, monkeypatch):
+    src, arc = archive
+    monkeypatch.setattr(decoder, "TASK_BYTES", 1 << 20)
+    clean = brevis.verify(arc, [src], threads=2, processes=True)
+    assert clean["ok"] and clean["problems"] == []
+    # Damage every kind of way: a stream, a changed source file, a longer
+    # one, a missing one and an extra one.
+    bad = tmp_path / "bad.brv"
+    data = bytearray(arc.read_bytes())
+    with ArchiveReader(arc) as reader:
+        off, length, _ = max((st for f in reader.index.files for s in f.segments for c in s.chunks
+                              for st in c.streams), key=lambda st: st[1])
+    data[off + length // 3] ^= 0x01
+    bad.write_bytes(bytes(data))
+    other = tmp_path / "src"
+    shutil.copytree(src, other)
+    model = other / "sub" / "model.safetensors"
+    raw = bytearray(model.read_bytes())
+    raw[-5] ^= 0x80
+    model.write_bytes(bytes(raw))
+    with open(other / PTH.name, "ab") as f:
+        f.write(b"\0")
+    (other / "empty").unlink()
+    (other / "extra.txt").write_text("new\n")
+    by_threads = brevis.verify(bad, [other], threads=2, processes=False)
+    by_processes = brevis.verify(bad, [other], threads=2, processes=True)
+    assert not by_threads["ok"] and len(by_threads["problems"]) >= 5
+    assert by_processes["problems"] == by_threads["problems"]
