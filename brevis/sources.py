@@ -27,7 +27,13 @@ class Source:
 def read_exactly(fd: int, path, offset: int, length: int) -> bytes:
     """`length` bytes of an open source file at `offset`; IOFailure if the
     disk refuses or the file has shrunk since it was measured."""
-    data = bytearray()
+    try:
+        first = os.pread(fd, length, offset)
+    except OSError as e:
+        raise IOFailure(f"cannot read {path}: {e.strerror}") from None
+    if len(first) == length:  # the usual case: no copy
+        return first
+    data = bytearray(first)
     while len(data) < length:
         try:
             more = os.pread(fd, length - len(data), offset + len(data))
