@@ -34,15 +34,20 @@ LAUNCHER = """
 import json, resource, sys
 from brevis import encoder, cli
 mode = sys.argv.pop(1)
-if mode == "threads":
+if mode == "threads":  # the thread pool, as before worker processes
     encoder.PROCESS_MIN_BYTES = 1 << 62
+    compress = encoder.compress
+    encoder.compress = lambda *a, **k: compress(*a, **{**k, "processes": False})
+    import brevis.api
+    brevis.api.compress = encoder.compress
 elif mode == "processes":
     encoder.PROCESS_MIN_BYTES = 0
 try:
     cli.main(sys.argv[1:])
 finally:
     s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    print(json.dumps({"rss_kib": s.ru_maxrss, "child_rss_kib": c.ru_maxrss,
+    hwm = [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")][0]  # ru_maxrss survives exec
+    print(json.dumps({"rss_kib": hwm, "child_rss_kib": c.ru_maxrss,
                       "cpu_s": s.ru_utime + s.ru_stime, "child_cpu_s": c.ru_utime + c.ru_stime}), file=sys.stderr)
 """
 

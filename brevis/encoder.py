@@ -16,11 +16,14 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import mmap
 import os
 import time
 from concurrent.futures import Executor
+from contextlib import contextmanager
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +36,9 @@ from .archive.writer import ArchiveWriter
 from .dsl.types import BYTES, Field, tensor
 from .errors import BrevisError, InvalidArgument, IOFailure
 from .formats import Segment, layout
-from .jobs import ChunkOutput, ChunkTask, encode_repairing, parse_program, run_chunk, run_chunks  # noqa: F401
-from .parallel import CHUNK_BYTES, Pool, can_start_processes, chunk_counts, chunk_processes, ordered_pairs
+from .jobs import (ChunkOutput, ChunkTask, SharedBatch, encode_repairing, parse_program, release_batch,  # noqa: F401
+                   run_chunk, run_chunks, run_chunks_shared)
+from .parallel import CHUNK_BYTES, ChunkProcesses, Pool, can_start_processes, chunk_counts, chunk_processes, ordered_pairs
 from .sources import Source, collect, read_exactly
 from .dsl.program import Program
 from .synth.planner import DEFAULT_EFFORT, Plan, Planner, SegmentInfo
@@ -197,10 +201,11 @@ def learn(sources, *, effort: int = DEFAULT_EFFORT, threads: int = 1, chunk_byte
             base_model.close()
 
 
-# Inputs below this many bytes are encoded on the thread pool: starting
-# worker processes costs more than it saves (measured, see
-# benchmarks/results/scaling.md).
-PROCESS_MIN_BYTES = 32 << 20
+# Inputs below this many bytes are compressed on one thread: worker
+# processes cost more than they save there (measured, see
+# benchmarks/results/scaling.md: -14 to -21 % at 6-12 MB, +10 to +17 % at
+# 21-28 MB).
+PROCESS_MIN_BYTES = 16 << 20
 # Chunks go to another process in batches of about this many original
 # bytes: every result costs the main process a few GIL hand-offs, which the
 # planning threads make slow (measured: 1 MiB jobs ran at a third of the
@@ -220,9 +225,12 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
     concurrent.futures' submit, e.g. Dask's Client.get_executor(); it is
     left open), else by `threads` worker processes when threads > 1 and
     `processes` is True, or None and the input is at least
-    PROCESS_MIN_BYTES, else on the thread pool. `window`: jobs in flight
-    (default 2 per thread or process); a job for another process or an
-    executor is a batch of chunks of about `batch_bytes`.
+    PROCESS_MIN_BYTES; scanning and planning then run on this thread.
+    `processes=False`: everything on a pool of `threads` threads (as
+    before worker processes); otherwise, small inputs run on this thread.
+    `window`: jobs in flight (default 2 per thread or process); a job for
+    another process or an executor is a batch of chunks of about
+    `batch_bytes`.
     """
     start = time.perf_counter()
     files, dirs = collect(list(sources))
@@ -242,7 +250,11 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
     if executor is None:  # before any thread of ours starts (see parallel.process_context)
         own = executor = open_chunk_processes(threads, _total_bytes(files), processes)
     try:
-        with ArchiveWriter(out, force) as writer, Pool(threads) as pool:
+        # Threads only where asked for (processes=False): measured (scaling.md), planning
+        # threads fight over the GIL with the thread taking results, and below
+        # PROCESS_MIN_BYTES a thread pool was slower than one thread on every item.
+        with ArchiveWriter(out, force) as writer, Pool(threads if processes is False and executor is None
+                                                       else 1) as pool:
             if executor is None:  # one chunk a job, as the thread pool has always run them
                 chunk_executor, chunk_window, batch = pool.executor, window or 2 * pool.threads, (0, 1)
             else:
@@ -254,13 +266,17 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
                 _learn(planner, scanned, pool, chunk_bytes, base_model)
             learn_time = time.perf_counter() - learn_time
             chunk_jobs = _chunk_jobs(_planned(scanned, planner, pool, index, chunk_bytes, base_model), chunk_bytes)
-            for jobs, outputs in ordered_pairs(chunk_executor, run_chunks, _batches(chunk_jobs, *batch),
-                                               chunk_window, _tasks):
-                for job, output in zip(jobs, outputs):
-                    pids.add(output.pid)
-                    _write_chunk(job, output, writer, dedup)
-                    if progress:
-                        progress(job.n * job.planned.value_type.container.itemsize)
+            # Workers on this machine: streams come back through shared memory.
+            shared = isinstance(executor, ChunkProcesses) and executor.shared
+            run = functools.partial(run_chunks_shared, owner=os.getpid()) if shared else run_chunks
+            for jobs, result in ordered_pairs(chunk_executor, run, _batches(chunk_jobs, *batch), chunk_window,
+                                              _tasks, release_batch):
+                with _streams_of(result) as outputs:
+                    for job, (output, streams) in zip(jobs, outputs):
+                        pids.add(output.pid)
+                        _write_chunk(job, output, streams, writer, dedup)
+                        if progress:
+                            progress(job.n * job.planned.value_type.container.itemsize)
             index.prior = planner.prior.to_json()
             index.base = _base_identity(index)
             size = writer.finish(index)
@@ -324,6 +340,35 @@ def _batches(jobs: Iterator[ChunkJob], max_bytes: int, max_jobs: int) -> Iterato
         yield batch
 
 
+@contextmanager
+def _streams_of(result: list[ChunkOutput] | SharedBatch):
+    """(output, streams) of a batch's chunks; streams in a shared file are
+    read in place from a mapping of it, the file unlinked at once."""
+    if not isinstance(result, SharedBatch):
+        yield [(o, o.streams) for o in result]
+        return
+    try:
+        fd = os.open(result.name, os.O_RDONLY)
+    except OSError as e:
+        raise IOFailure(f"cannot read a worker's results {result.name}: {e.strerror}") from None
+    os.unlink(result.name)
+    size = max((a + n for o in result.outputs for a, n in o.spans), default=0)
+    try:
+        data = mmap.mmap(fd, size, prot=mmap.PROT_READ) if size else b""
+    finally:
+        os.close(fd)
+    whole = memoryview(data)
+    try:
+        yield [(o, [whole[a:a + n] for a, n in o.spans]) for o in result.outputs]
+    finally:
+        whole.release()
+        if size:
+            try:
+                data.close()
+            except BufferError:  # a slice still referenced: the mapping goes with it
+                pass
+
+
 def _tasks(batch: list[ChunkJob]) -> list[ChunkTask]:
     return [job.task() for job in batch]
 
@@ -369,7 +414,7 @@ def _chunk_jobs(planned: Iterator[PlannedSegment], chunk_bytes: int) -> Iterator
             f.finish_if_done()
 
 
-def _write_chunk(job: ChunkJob, result: ChunkOutput, writer: ArchiveWriter, dedup: Deduplicator) -> None:
+def _write_chunk(job: ChunkJob, result: ChunkOutput, streams, writer: ArchiveWriter, dedup: Deduplicator) -> None:
     ps = job.planned
     entry = ps.entry
     assert entry is not None
@@ -377,7 +422,7 @@ def _write_chunk(job: ChunkJob, result: ChunkOutput, writer: ArchiveWriter, dedu
         program, located = dedup.written[result.key]
     else:
         program = ps.plan.program if result.program is None else parse_program(result.program)
-        located = [writer.write_stream(s, c) for s, c in zip(result.streams, result.crcs)]
+        located = [writer.write_stream(s, c) for s, c in zip(streams, result.crcs)]
         dedup.written[result.key] = (program, located)
     if program not in entry.programs:
         entry.programs.append(program)

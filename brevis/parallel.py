@@ -69,9 +69,12 @@ def ordered_map(executor: Executor | None, fn: Callable[[T], R], items: Iterable
 
 
 def ordered_pairs(executor: Executor | None, fn: Callable[[A], R], items: Iterable[T], window: int,
-                  arg: Callable[[T], A] | None = None) -> Iterator[tuple[T, R]]:
+                  arg: Callable[[T], A] | None = None,
+                  discard: Callable[[R], None] | None = None) -> Iterator[tuple[T, R]]:
     """(item, fn(arg(item))) in input order; only arg(item) goes to the
-    executor (to another process, it is pickled), the item stays here."""
+    executor (to another process, it is pickled), the item stays here.
+    Leaving early, `discard` gets the result of every job that still
+    completes (to free what a result holds)."""
     arg = arg or (lambda item: item)
     if executor is None:
         for item in items:
@@ -82,14 +85,19 @@ def ordered_pairs(executor: Executor | None, fn: Callable[[A], R], items: Iterab
         for item in items:
             pending.append((item, executor.submit(fn, arg(item))))
             if len(pending) >= window:
-                item, f = pending.popleft()
-                yield item, f.result()
+                item, f = pending[0]
+                result = f.result()
+                pending.popleft()  # only now: interrupted while waiting, it is still discarded
+                yield item, result
         while pending:
-            item, f = pending.popleft()
-            yield item, f.result()
+            item, f = pending[0]
+            result = f.result()
+            pending.popleft()
+            yield item, result
     finally:
         for _, f in pending:
-            f.cancel()
+            if not f.cancel() and discard is not None:
+                f.add_done_callback(lambda f: None if f.cancelled() or f.exception() else discard(f.result()))
 
 
 def process_context():
@@ -147,6 +155,8 @@ class ChunkProcesses(ProcessPoolExecutor):
         from . import jobs
 
         context = process_context()
+        jobs.remove_stale_batches()
+        self.shared = os.path.isdir(jobs.SHM_DIR)  # streams come back through /dev/shm files
         super().__init__(workers, mp_context=context, initializer=jobs.worker_init, initargs=(os.getpid(),))
         self.closing = threading.Event()
         self.starter: threading.Thread | None = None

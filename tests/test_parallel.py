@@ -185,7 +185,7 @@ def big_source(tmp_path_factory) -> Path:
     rng = np.random.default_rng(0)
     write_safetensors(src / "gen.safetensors", {
         f"layers.{i}.weight": ("F16", (1024, 2048), (rng.standard_normal(1 << 21) * 0.02).astype(np.float16).tobytes())
-        for i in range(6)})
+        for i in range(24)})  # 96 MiB: about a second of work
     return src
 
 
@@ -201,13 +201,15 @@ def test_signal_with_worker_processes(big_source, tmp_path, sig):
         assert time.monotonic() < deadline, "no worker processes started"
         workers = descendants(p.pid)
         time.sleep(0.01)
-    time.sleep(0.3)
+    time.sleep(0.2)
     workers |= descendants(p.pid)
     sent = time.monotonic()
     p.send_signal(getattr(signal, f"SIG{sig}"))
     _, err = p.communicate(timeout=30)
     elapsed = time.monotonic() - sent
-    if p.returncode == 0:
+    if p.returncode == 0 or (sig != "KILL" and out.exists()):
+        # Renamed into place before the signal took effect (even if it then met interpreter shutdown).
+        assert p.returncode in (0, 130, -getattr(signal, f"SIG{sig}")) and brevis.verify(out, [big_source])["ok"]
         pytest.skip("the run ended before the signal")
     deadline = time.monotonic() + 3
     while alive(workers) and time.monotonic() < deadline:
@@ -215,6 +217,10 @@ def test_signal_with_worker_processes(big_source, tmp_path, sig):
     assert not alive(workers), "worker processes outlived the main process"
     if sig == "KILL":
         assert p.returncode == -signal.SIGKILL
+        # Batches in flight may be left in /dev/shm; the next run removes them.
+        jobs.remove_stale_batches()
+        prefix = os.path.basename(jobs.shm_prefix(p.pid))
+        assert not [n for n in os.listdir(jobs.SHM_DIR) if n.startswith(prefix)]
         return
     assert p.returncode == 130, (p.returncode, err)
     assert err.strip() == "brevis: interrupted", err  # no tracebacks from the workers
