@@ -53,7 +53,7 @@ def _emit(as_json: bool, quiet: bool, summary: dict, line: str) -> None:
 
 threads_option = click.option("-j", "--threads", type=click.IntRange(min=1), default=None,
                               help="Worker threads (default: one per core); compress encodes inputs "
-                                   "of 16 MiB or more in this many worker processes, smaller ones on one thread.")
+                                   "of 8 MiB or more in this many worker processes, smaller ones on one thread.")
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 base_option = click.option("--base", type=click.Path(path_type=str), default=None,

@@ -201,11 +201,10 @@ def learn(sources, *, effort: int = DEFAULT_EFFORT, threads: int = 1, chunk_byte
             base_model.close()
 
 
-# Inputs below this many bytes are compressed on one thread: worker
-# processes cost more than they save there (measured, see
-# benchmarks/results/scaling.md: -14 to -21 % at 6-12 MB, +10 to +17 % at
-# 21-28 MB).
-PROCESS_MIN_BYTES = 16 << 20
+# Inputs below this many bytes are compressed on one thread: two worker
+# processes gained nothing there (measured, benchmarks/results/scaling.md:
+# silero 6 MB +4 %, taesd 8 MB -3 %; nudenet 12 MB +18 %, ppocr 28 MB +27 %).
+PROCESS_MIN_BYTES = 8 << 20
 # Chunks go to another process in batches of about this many original
 # bytes: every result costs the main process a few GIL hand-offs, which the
 # planning threads make slow (measured: 1 MiB jobs ran at a third of the
@@ -251,8 +250,8 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
         own = executor = open_chunk_processes(threads, _total_bytes(files), processes)
     try:
         # Threads only where asked for (processes=False): measured (scaling.md), planning
-        # threads fight over the GIL with the thread taking results, and below
-        # PROCESS_MIN_BYTES a thread pool was slower than one thread on every item.
+        # threads fight over the GIL with the thread taking results, and a thread pool
+        # was slower than one thread on 9 of 12 items.
         with ArchiveWriter(out, force) as writer, Pool(threads if processes is False and executor is None
                                                        else 1) as pool:
             if executor is None:  # one chunk a job, as the thread pool has always run them
