@@ -110,6 +110,7 @@ class SegmentInfo:
 class Plan:
     program: Program | None  # None for an empty segment
     stats: dict = field(default_factory=dict)
+    estimate: float | None = None  # predicted bytes, where a search or a trial predicted them
 
 
 def sample(seg: SegmentInfo, e: Effort, read=None) -> list[np.ndarray]:
@@ -204,6 +205,20 @@ class Planner:
             return fam, True
 
     def plan(self, seg: SegmentInfo, family: _Family | None = None, leader: bool = False) -> Plan:
+        """The segment's program. A family's leader publishes its program
+        before its followers (waiting for it) go on, even when it fails."""
+        try:
+            plan = self._plan(seg, family, leader)
+            if leader and family is not None and plan.program is not None:
+                family.program = plan.program
+                estimate = plan.estimate if plan.estimate is not None else plan.stats.get("estimate", 0)
+                family.bytes_per_byte = estimate / seg.length
+            return plan
+        finally:
+            if leader and family is not None:
+                family.ready.set()
+
+    def _plan(self, seg: SegmentInfo, family: _Family | None, leader: bool) -> Plan:
         if seg.length == 0:
             return Plan(None, {})
         if seg.length <= TINY:
@@ -217,32 +232,15 @@ class Planner:
             reused = self._try_reuse(family, trial, seg, trial_scale)
             if reused is not None:
                 return reused
-        try:
-            learned = None if seg.reference is not None else self._try_library(trial, seg, trial_scale)
-        except BaseException:
-            if leader and family is not None:
-                family.ready.set()
-            raise
+        learned = None if seg.reference is not None else self._try_library(trial, seg, trial_scale)
         if learned is not None:
-            if leader and family is not None:
-                family.program = learned.program
-                family.bytes_per_byte = learned.stats["estimate"] / seg.length
-                family.ready.set()
             return learned
         # What a search can win is proportional to the bytes at stake.
         expansions = min(self.effort.expansions, max(32, seg.length // BYTES_PER_EXPANSION))
-        budget = Budget(expansions, self.effort.seconds)
-        try:
-            result = search(root, self.prior, seg.role, scale, seg.chunks, budget)
-        finally:
-            if leader and family is not None:
-                family.ready.set()  # never leave followers waiting, even on error
-        if leader and family is not None:
-            family.program = result.program
-            family.bytes_per_byte = result.estimate / seg.length
+        result = search(root, self.prior, seg.role, scale, seg.chunks, Budget(expansions, self.effort.seconds))
         stats = {"search": "a*", "expanded": result.expanded, "generated": result.generated,
                  "estimate": round(result.estimate), "exhausted": result.exhausted}
-        return Plan(result.program, stats)
+        return Plan(result.program, stats, result.estimate)
 
     def _try_library(self, root: Value, seg: SegmentInfo, scale: float) -> Plan | None:
         """The first learned program for this kind of value (those of the
