@@ -36,12 +36,14 @@ from .archive.writer import ArchiveWriter
 from .dsl.types import BYTES, Field, tensor
 from .errors import BrevisError, InvalidArgument, IOFailure
 from .formats import Segment, layout
-from .jobs import (ChunkOutput, ChunkTask, SharedBatch, encode_repairing, parse_program, release_batch,  # noqa: F401
-                   run_chunk, run_chunks, run_chunks_shared)
-from .parallel import CHUNK_BYTES, ChunkProcesses, Pool, can_start_processes, chunk_counts, chunk_processes, ordered_pairs
+from .jobs import (ChunkOutput, ChunkTask, LearnTask, SharedBatch, encode_repairing, parse_program,  # noqa: F401
+                   release_batch, run_chunk, run_chunks, run_chunks_shared, run_learn)
+from .parallel import (CHUNK_BYTES, ChunkProcesses, Pool, can_start_processes, chunk_counts, chunk_processes,
+                       ordered_map, ordered_pairs)
 from .sources import Source, collect, read_exactly
 from .dsl.program import Program
 from .synth.planner import DEFAULT_EFFORT, Plan, Planner, SegmentInfo
+from .synth.search import SearchResult
 from .synth.prior import Prior
 
 
@@ -171,13 +173,34 @@ class Deduplicator:
 
 
 def _learn(planner: Planner, scanned: list[ScannedFile], pool: Pool, chunk_bytes: int,
-           base: Base | None = None) -> Prior:
-    infos = []
+           base: Base | None = None, executor: Executor | None = None) -> Prior:
+    """Learn the prior; its searches run on `executor` (worker processes,
+    idle until the first chunk) where one is given and no base is used,
+    else on the pool."""
+    infos, places = [], {}
     try:
         for f in scanned:
             f.open()
-            infos += [segment_info(f, seg, chunk_bytes, base) for seg in f.segments]
-        return planner.learn(infos, lambda fn, xs: pool.ordered_map(fn, xs))
+            for seg in f.segments:
+                info = segment_info(f, seg, chunk_bytes, base)
+                infos.append(info)
+                places[id(info)] = (f, seg)
+        if executor is None or base is not None:
+            return planner.learn(infos, lambda fn, xs: pool.ordered_map(fn, xs))
+
+        def task(info: SegmentInfo) -> LearnTask:
+            f, seg = places[id(info)]
+            return LearnTask(str(f.source.path), seg.offset, seg.length, seg.name, str(info.t), seg.shape,
+                             seg.records, info.chunks, planner.effort.level)
+
+        def searched(_, chosen):
+            tasks = [task(info) for info in chosen]
+            for text, estimate, expanded, generated, exhausted, relative in ordered_map(
+                    executor, run_learn, tasks, len(tasks)):
+                program = Program.from_json(json.loads(text))
+                yield SearchResult(program, estimate, expanded, generated, exhausted), relative
+
+        return planner.learn(infos, searched)
     finally:
         for f in scanned:
             f.close()
@@ -262,7 +285,7 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
             scanned = list(pool.ordered_map(scan, files))
             learn_time = time.perf_counter()
             if prior is None and planner.effort.learn_tensors:
-                _learn(planner, scanned, pool, chunk_bytes, base_model)
+                _learn(planner, scanned, pool, chunk_bytes, base_model, executor)
             learn_time = time.perf_counter() - learn_time
             chunk_jobs = _chunk_jobs(_planned(scanned, planner, pool, index, chunk_bytes, base_model), chunk_bytes)
             # Workers on this machine: streams come back through shared memory.

@@ -141,6 +141,36 @@ def run_chunk(task: ChunkTask) -> ChunkOutput:
     return ChunkOutput(key, ran, streams, [zlib.crc32(s) for s in streams], os.getpid())
 
 
+@dataclass(frozen=True)
+class LearnTask:
+    """A representative tensor for learning the prior: the wide search on
+    its sample runs in a worker while the others run in the rest."""
+
+    path: str  # the source file
+    offset: int  # of the segment in the file
+    length: int
+    name: str
+    value_type: str  # as in ChunkTask
+    shape: tuple[int, ...] | None
+    records: tuple[tuple[int, int], ...] | None
+    chunks: int
+    effort: int
+
+
+def run_learn(task: LearnTask) -> tuple[str, float, int, int, bool, float | None]:
+    """The learning search on one tensor (in any process): the winning
+    program as JSON text (hashes of operators are per process, so programs
+    cross as text), its estimate, nodes expanded and generated, whether a
+    limit was hit, and its estimate relative to the entropy."""
+    from .synth.planner import Planner, SegmentInfo
+
+    info = SegmentInfo(task.name, parse_value_type(task.value_type), task.shape, task.length, task.chunks,
+                       lambda off, n: _read(task.path, task.offset + off, n, task.path), task.records)
+    result, relative = Planner(task.effort).learn_one(info)
+    return (json.dumps(result.program.to_json()), result.estimate, result.expanded, result.generated,
+            result.exhausted, relative)
+
+
 def run_chunks(tasks: list[ChunkTask]) -> list[ChunkOutput]:
     """A batch of chunks: one round trip to a worker for several chunks."""
     return [run_chunk(t) for t in tasks]

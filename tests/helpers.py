@@ -7,6 +7,9 @@ import json
 import os
 import signal
 import struct
+import subprocess
+import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -32,6 +35,69 @@ def deadline(seconds: int, what: str):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+
+
+# ---------------------------------------------------------------- processes (Linux /proc)
+def descendants(pid: int) -> set[int]:
+    """Every process below pid (children, their children, ...)."""
+    parents: dict[int, int] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    parents[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        for child, parent in parents.items():
+            if parent == p and child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def alive(pids: set[int]) -> set[int]:
+    """Those of pids still running (not gone, not zombies)."""
+    left = set()
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    left.add(p)
+        except OSError:
+            pass
+    return left
+
+
+def start_with_workers(cmd: list, env: dict, settle: float = 0.0):
+    """Start cmd; return it once it runs at least two worker processes
+    (then after `settle` seconds), with the set of its descendants."""
+    p = subprocess.Popen([sys.executable, *map(str, cmd)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env)
+    limit = time.monotonic() + 60
+    workers: set[int] = set()
+    while len(workers) < 2 and p.poll() is None:
+        assert time.monotonic() < limit, "no worker processes started"
+        workers = descendants(p.pid)
+        time.sleep(0.01)
+    time.sleep(settle)
+    return p, workers | descendants(p.pid)
+
+
+def signal_and_wait(p, workers: set[int], sig: str) -> tuple[str, float]:
+    """Send SIG<sig>; return stderr and the seconds to exit, once the
+    workers are gone too (asserted, within 3 s of the exit)."""
+    sent = time.monotonic()
+    p.send_signal(getattr(signal, f"SIG{sig}"))
+    _, err = p.communicate(timeout=30)
+    elapsed = time.monotonic() - sent
+    limit = time.monotonic() + 3
+    while alive(workers) and time.monotonic() < limit:
+        time.sleep(0.05)
+    assert not alive(workers), "worker processes outlived the main process"
+    return err, elapsed
 
 
 # ---------------------------------------------------------------- round trip

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +22,7 @@ import brevis
 from brevis import decoder
 from brevis.archive.reader import ArchiveReader
 from brevis.errors import ChecksumError
-from helpers import REPO, write_safetensors
+from helpers import REPO, signal_and_wait, start_with_workers, write_safetensors
 
 PTH = REPO / "examples" / "taesd" / "taef2_decoder.pth"
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -123,37 +120,6 @@ def test_base_archive_with_processes_requested(tmp_path):
 
 
 # ------------------------------------------------------------------ signals
-def descendants(pid: int) -> set[int]:
-    parents = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    parents[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                pass
-    out, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        for child, parent in parents.items():
-            if parent == p and child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
-
-
-def alive(pids: set[int]) -> set[int]:
-    left = set()
-    for p in pids:
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                    left.add(p)
-        except OSError:
-            pass
-    return left
-
-
 @pytest.fixture(scope="module")
 def big_archive(tmp_path_factory) -> Path:
     """An archive of 48 MiB of original bytes: decoded by worker processes at -j2."""
@@ -173,25 +139,10 @@ def big_archive(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("sig", ["INT", "TERM"])
 def test_signal_while_decoding_in_worker_processes(big_archive, tmp_path, sig):
     out = tmp_path / "out"
-    p = subprocess.Popen([sys.executable, "-c", RUN, "decompress", big_archive, "-o", out, "-j", "2", "-q"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
-    deadline = time.monotonic() + 60
-    workers: set[int] = set()
-    while len(workers) < 2 and p.poll() is None:
-        assert time.monotonic() < deadline, "no worker processes started"
-        workers = descendants(p.pid)
-        time.sleep(0.01)
-    workers |= descendants(p.pid)
-    sent = time.monotonic()
-    p.send_signal(getattr(signal, f"SIG{sig}"))
-    _, err = p.communicate(timeout=30)
-    elapsed = time.monotonic() - sent
+    p, workers = start_with_workers(["-c", RUN, "decompress", big_archive, "-o", out, "-j", "2", "-q"], ENV)
+    err, elapsed = signal_and_wait(p, workers, sig)
     if p.returncode == 0:
         pytest.skip("the run ended before the signal")
-    deadline = time.monotonic() + 3
-    while alive(workers) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not alive(workers), "worker processes outlived the main process"
     assert p.returncode == 130, (p.returncode, err)
     assert err.strip() == "brevis: interrupted", err
     assert elapsed < 5, f"{elapsed:.2f} s from SIG{sig} to exit"

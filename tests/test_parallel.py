@@ -18,7 +18,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,7 +28,7 @@ import brevis
 from brevis import encoder, jobs
 from brevis.errors import InvalidArgument, IOFailure
 from brevis.parallel import chunk_processes
-from helpers import REPO, write_safetensors
+from helpers import REPO, signal_and_wait, start_with_workers, write_safetensors
 
 PTH = REPO / "examples" / "taesd" / "taef2_decoder.pth"
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -147,37 +146,6 @@ cli.main()
 """
 
 
-def descendants(pid: int) -> set[int]:
-    parents: dict[int, int] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    parents[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    out, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        for child, parent in parents.items():
-            if parent == p and child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
-
-
-def alive(pids: set[int]) -> set[int]:
-    left = set()
-    for p in pids:
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                    left.add(p)
-        except OSError:
-            pass
-    return left
-
-
 @pytest.fixture(scope="module")
 def big_source(tmp_path_factory) -> Path:
     src = tmp_path_factory.mktemp("signals") / "src"
@@ -193,28 +161,12 @@ def big_source(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("sig", ["INT", "TERM", "KILL"])
 def test_signal_with_worker_processes(big_source, tmp_path, sig):
     out = tmp_path / "ckpt.brv"
-    p = subprocess.Popen([sys.executable, "-c", RUN, "compress", big_source, "-o", out, "-j", "2", "-q"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
-    deadline = time.monotonic() + 60
-    workers: set[int] = set()
-    while len(workers) < 2 and p.poll() is None:  # the forkserver and its workers
-        assert time.monotonic() < deadline, "no worker processes started"
-        workers = descendants(p.pid)
-        time.sleep(0.01)
-    time.sleep(0.2)
-    workers |= descendants(p.pid)
-    sent = time.monotonic()
-    p.send_signal(getattr(signal, f"SIG{sig}"))
-    _, err = p.communicate(timeout=30)
-    elapsed = time.monotonic() - sent
+    p, workers = start_with_workers(["-c", RUN, "compress", big_source, "-o", out, "-j", "2", "-q"], ENV, 0.2)
+    err, elapsed = signal_and_wait(p, workers, sig)
     if p.returncode == 0 or (sig != "KILL" and out.exists()):
         # Renamed into place before the signal took effect (even if it then met interpreter shutdown).
         assert p.returncode in (0, 130, -getattr(signal, f"SIG{sig}")) and brevis.verify(out, [big_source])["ok"]
         pytest.skip("the run ended before the signal")
-    deadline = time.monotonic() + 3
-    while alive(workers) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not alive(workers), "worker processes outlived the main process"
     if sig == "KILL":
         assert p.returncode == -signal.SIGKILL
         # Batches in flight may be left in /dev/shm; the next run removes them.
