@@ -25,7 +25,10 @@ def main(argv: list[str]) -> None:
     if codec.module:
         __import__(codec.module)
     if codec.name == "brevis":
-        import brevis  # noqa: F401  (imported outside the timed part, like the peers' libraries)
+        # Imported outside the timed part, like the peers' libraries: the
+        # package loads its modules on first use, so load them now.
+        import brevis.decoder  # noqa: F401
+        import brevis.encoder  # noqa: F401
     threads = job["threads"]
     work = Path(job["work"])
     start = time.perf_counter()
