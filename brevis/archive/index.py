@@ -9,6 +9,7 @@ is used before it passed these checks.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -148,6 +149,18 @@ def check_path(path: Any) -> str:
 class _Validator:
     def __init__(self, start: int, end: int):
         self.start, self.end = start, end
+        # Segments of a family, or taking one learned program, share it:
+        # each distinct program is parsed and checked once per value type.
+        self.programs: dict[tuple[str, str], tuple[Program, int]] = {}
+
+    def program(self, obj, t: Field) -> tuple[Program, int]:
+        """A program and the number of streams it reads, checked against t."""
+        key = (json.dumps(obj, separators=(",", ":")), str(t))
+        hit = self.programs.get(key)
+        if hit is None:
+            program = Program.from_json(obj)
+            hit = self.programs[key] = (program, program.check(t))
+        return hit
 
     def fail(self, msg: str):
         raise FormatError(f"index: {msg}")
@@ -231,8 +244,8 @@ class _Validator:
         counts = []  # streams each program reads
         for p in self.get(obj, "programs", list, where):
             try:
-                program = Program.from_json(p)
-                counts.append(program.check(seg.value_type))
+                program, count = self.program(p, seg.value_type)
+                counts.append(count)
             except ProgramError as e:
                 raise FormatError(f"{where} {name!r}: {e}") from None
             seg.programs.append(program)
