@@ -26,7 +26,7 @@ def _array(etype: int, items: list[bytes]) -> bytes:
 
 
 def make_gguf(tensors_: list[tuple[str, int, tuple[int, ...], bytes]], *, alignment: int | None = None,
-              version: int = 3) -> bytes:
+              version: int = 3, vocabulary: int = 100) -> bytes:
     """tensors_: (name, ggml type, dims fastest first, data)."""
     kvs = [
         _kv("general.architecture", 8, _str("llama")),
@@ -37,7 +37,7 @@ def make_gguf(tensors_: list[tuple[str, int, tuple[int, ...], bytes]], *, alignm
         _kv("x.u8", 0, b"\x05"), _kv("x.i8", 1, b"\xfb"), _kv("x.u16", 2, b"\x01\x02"),
         _kv("x.i16", 3, b"\x01\x02"), _kv("x.i32", 5, b"\0" * 4), _kv("x.u64", 10, b"\0" * 8),
         _kv("x.i64", 11, b"\0" * 8), _kv("x.f64", 12, b"\0" * 8),
-        _kv("tokenizer.ggml.tokens", 9, _array(8, [_str(f"tok{i}") for i in range(100)])),
+        _kv("tokenizer.ggml.tokens", 9, _array(8, [_str(f"tok{i}") for i in range(vocabulary)])),
         _kv("tokenizer.ggml.scores", 9, _array(6, [struct.pack("<f", -i / 7) for i in range(100)])),
         _kv("tokenizer.ggml.token_type", 9, _array(5, [struct.pack("<i", 1)] * 100)),
         _kv("x.short", 9, _array(5, [struct.pack("<i", 1)] * 3)),
@@ -101,7 +101,18 @@ def test_detect():
     assert layout(io.BytesIO(data), len(data), "m.gguf")[0] == "gguf"
 
 
-@pytest.mark.parametrize("mutate", ["huge_kv", "huge_tensors", "huge_string", "huge_array", "bad_alignment",
+def test_long_vocabulary_crosses_the_read_window():
+    # 200,000 tokens (about 2.6 MB) are skipped in one loop that reads
+    # through the 1 MiB window and refills it: the tensors are still found.
+    small = gguf.parse(io.BytesIO(make_gguf(sample())), len(make_gguf(sample())))
+    data = make_gguf(sample(), vocabulary=200_000)
+    assert len(data) > 2 * gguf._Reader.WINDOW
+    big = gguf.parse(io.BytesIO(data), len(data))
+    assert [(s.name, s.length) for s in big if s.dtype] == [(s.name, s.length) for s in small if s.dtype]
+
+
+@pytest.mark.parametrize("mutate", ["huge_kv", "huge_tensors", "huge_string", "huge_array", "huge_token",
+                                    "bad_alignment",
                                     "misfit_block", "tensor_past_end", "overlap", "too_many_dims", "bad_vtype"])
 def test_malformed(mutate):
     t = sample()[:2]
@@ -117,6 +128,9 @@ def test_malformed(mutate):
         struct.pack_into("<Q", data, 8, 1 << 40)
     elif mutate == "huge_string":
         struct.pack_into("<Q", data, kv_at, 1 << 62)
+    elif mutate == "huge_token":  # one token of the vocabulary claims more bytes than the file has
+        at = data.find(b"tok7") - 8
+        struct.pack_into("<Q", data, at, 1 << 40)
     elif mutate == "huge_array":
         at = data.find(b"tokenizer.ggml.scores") + len("tokenizer.ggml.scores") + 4 + 4
         struct.pack_into("<Q", data, at, 1 << 61)
