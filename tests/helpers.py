@@ -148,6 +148,15 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[str, tuple[int, ...],
             f.write(data)
 
 
+def f16_layers(path: Path, layers: int, seed: int = 0) -> None:
+    """A safetensors file of `layers` F16 weights of 1024 x 2048 (4 MiB each),
+    like a model's: normal values, scale 0.02."""
+    rng = np.random.default_rng(seed)
+    write_safetensors(path, {
+        f"layers.{i}.weight": ("F16", (1024, 2048), (rng.standard_normal(1 << 21) * 0.02).astype(np.float16).tobytes())
+        for i in range(layers)})
+
+
 def small_checkpoint(folder: Path, seed: int = 0, elements: int = 2048) -> Path:
     """A folder with a small safetensors file (bf16, f32, i64) and a config.json."""
     folder.mkdir(parents=True, exist_ok=True)

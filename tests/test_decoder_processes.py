@@ -22,7 +22,7 @@ import brevis
 from brevis import decoder
 from brevis.archive.reader import ArchiveReader
 from brevis.errors import ChecksumError
-from helpers import REPO, signal_and_wait, start_with_workers, write_safetensors
+from helpers import REPO, f16_layers, signal_and_wait, start_with_workers, write_safetensors
 
 PTH = REPO / "examples" / "taesd" / "taef2_decoder.pth"
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -126,10 +126,7 @@ def big_archive(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("big")
     src = tmp / "src"
     src.mkdir()
-    rng = np.random.default_rng(0)
-    write_safetensors(src / "gen.safetensors", {
-        f"layers.{i}.weight": ("F16", (1024, 2048), (rng.standard_normal(1 << 21) * 0.02).astype(np.float16).tobytes())
-        for i in range(12)})
+    f16_layers(src / "gen.safetensors", 12)
     out = tmp / "big.brv"
     brevis.compress([src], out, effort=1, threads=2)
     return out

@@ -28,7 +28,7 @@ import brevis
 from brevis import encoder, jobs
 from brevis.errors import InvalidArgument, IOFailure
 from brevis.parallel import chunk_processes
-from helpers import REPO, signal_and_wait, start_with_workers, write_safetensors
+from helpers import REPO, f16_layers, signal_and_wait, start_with_workers, write_safetensors
 
 PTH = REPO / "examples" / "taesd" / "taef2_decoder.pth"
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -150,10 +150,7 @@ cli.main()
 def big_source(tmp_path_factory) -> Path:
     src = tmp_path_factory.mktemp("signals") / "src"
     src.mkdir()
-    rng = np.random.default_rng(0)
-    write_safetensors(src / "gen.safetensors", {
-        f"layers.{i}.weight": ("F16", (1024, 2048), (rng.standard_normal(1 << 21) * 0.02).astype(np.float16).tobytes())
-        for i in range(24)})  # 96 MiB: about a second of work
+    f16_layers(src / "gen.safetensors", 24)  # 96 MiB: about a second of work
     return src
 
 

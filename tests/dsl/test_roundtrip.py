@@ -651,16 +651,20 @@ def test_low_zero_bits_refuses_set_low_bits(t):
                 encode(p, bad, t)
 
 
+def draw_tiling(data, bits: int, max_cuts: int) -> list[list[int]]:
+    """A random tiling of a word of `bits` bits into [low bit, width] ranges, in random order."""
+    cuts = sorted(data.draw(st.sets(st.integers(1, bits - 1), max_size=min(bits - 1, max_cuts)), label="cuts")) \
+        if bits > 1 else []
+    bounds = [0] + cuts + [bits]
+    return data.draw(st.permutations([[lo, hi - lo] for lo, hi in zip(bounds, bounds[1:])]), label="order")
+
+
 @settings(max_examples=100)
 @given(data=st.data())
 def test_random_bit_field_tilings(data):
     """Any tiling of the word into ranges, grouped in any order, round-trips."""
     t = data.draw(st.sampled_from(ALL_TYPES), label="t")
-    b = t.bits
-    cuts = sorted(data.draw(st.sets(st.integers(1, b - 1), max_size=min(b - 1, 12)), label="cuts")) if b > 1 else []
-    bounds = [0] + cuts + [b]
-    ranges = [[lo, hi - lo] for lo, hi in zip(bounds, bounds[1:])]
-    ranges = data.draw(st.permutations(ranges), label="order")
+    ranges = draw_tiling(data, t.bits, 12)
     groups, rest = [], list(ranges)
     while rest:
         k = data.draw(st.integers(1, len(rest)), label="group size")
@@ -733,10 +737,7 @@ def _reference_fields(x: np.ndarray, groups) -> list[np.ndarray]:
 @given(data=st.data())
 def test_bit_fields_streams_match_a_reference(data):
     t = data.draw(st.sampled_from(ALL_TYPES), label="t")
-    b = t.bits
-    cuts = sorted(data.draw(st.sets(st.integers(1, b - 1), max_size=min(b - 1, 6)), label="cuts")) if b > 1 else []
-    bounds = [0] + cuts + [b]
-    ranges = data.draw(st.permutations([[lo, hi - lo] for lo, hi in zip(bounds, bounds[1:])]), label="order")
+    ranges = draw_tiling(data, t.bits, 6)
     k = data.draw(st.integers(1, len(ranges)), label="groups")
     groups = [ranges[i::k] for i in range(k)]
     x = data.draw(values(t), label="x")

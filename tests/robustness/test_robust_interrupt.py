@@ -25,13 +25,12 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import brevis
 from brevis.archive.writer import remove_stale
 from robust_util import ENV, PTH
-from helpers import tree, write_safetensors
+from helpers import f16_layers, tree
 
 FAST = [("INT", 0.05), ("INT", 0.4), ("TERM", 0.25), ("KILL", 0.25)]
 SLOW = [(s, d) for s in ("INT", "TERM", "KILL") for d in (0.0, 0.1, 0.2, 0.35, 0.5)]
@@ -44,10 +43,7 @@ def source(tmp_path_factory) -> Path:
     src = tmp_path_factory.mktemp("interrupt") / "src"
     src.mkdir()
     shutil.copyfile(PTH, src / PTH.name)
-    rng = np.random.default_rng(0)
-    write_safetensors(src / "gen.safetensors", {
-        f"layers.{i}.weight": ("F16", (1024, 2048), (rng.standard_normal(1 << 21) * 0.02).astype(np.float16).tobytes())
-        for i in range(6)})
+    f16_layers(src / "gen.safetensors", 6)
     (src / "config.json").write_text('{"layers": 6}\n')
     return src
 

@@ -55,7 +55,7 @@ def test_search_finds_known_structure(tmp_path, kind):
     floor = {"constant": 0, "arange": 0, "repeated_rows": x[0].nbytes, "upcast": x.nbytes // 2,
              "sparse": int(np.count_nonzero(x)) * 5}[kind]
     assert stored <= min(floor * 1.1 + 64, zstd_size), (kind, stored, zstd_size, program)
-    out = brevis.decompress(tmp_path / "a.brv", tmp_path / "out")
+    brevis.decompress(tmp_path / "a.brv", tmp_path / "out")
     assert (tmp_path / "out" / "m.safetensors").read_bytes() == (tmp_path / "m.safetensors").read_bytes()
 
 
