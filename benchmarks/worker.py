@@ -27,6 +27,7 @@ def main(argv: list[str]) -> None:
     if codec.name == "brevis":
         # Imported outside the timed part, like the peers' libraries: the
         # package loads its modules on first use, so load them now.
+        import brevis.api  # noqa: F401  (the entry points the codec calls)
         import brevis.decoder  # noqa: F401
         import brevis.encoder  # noqa: F401
     threads = job["threads"]
