@@ -13,12 +13,11 @@ import errno
 import os
 import shutil
 import time
-from collections import deque
 from concurrent.futures import Executor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 import numpy as np
 
@@ -26,7 +25,7 @@ from .archive.index import DIGEST_BYTES, FileEntry
 from .archive.reader import ArchiveReader
 from .archive.writer import io_failure, make_temp, remove_stale
 from .errors import BrevisError, ChecksumError, FormatError, InvalidArgument, IOFailure, OutputExists
-from .parallel import Pool, can_start_processes, chunk_processes
+from .parallel import Pool, can_start_processes, chunk_processes, ordered_pairs
 from .sources import collect
 
 Progress = Callable[[int], None] | None
@@ -236,21 +235,10 @@ def decode_tasks(archive: Path, reader: ArchiveReader, stage: Path | None, out: 
 
 def _in_order(executor: Executor, fn, tasks: Iterator[DecodeTask], window: int) -> Iterator[tuple[DecodeTask, object]]:
     """(task, fn(task)) on the executor, at most `window` in flight, in order."""
-    pending: deque = deque()
     try:
-        for task in tasks:
-            pending.append((task, executor.submit(fn, task)))
-            if len(pending) >= window:
-                t, f = pending.popleft()
-                yield t, f.result()
-        while pending:
-            t, f = pending.popleft()
-            yield t, f.result()
+        yield from ordered_pairs(executor, fn, tasks, window)
     except BrokenProcessPool:
         raise BrevisError("a decoding worker process died (killed, or out of memory)") from None
-    finally:
-        for _, f in pending:
-            f.cancel()
 
 
 def open_decode_processes(threads: int, total_bytes: int, base=None, processes: bool | None = None):
@@ -496,19 +484,25 @@ def _problem(file, segment, error) -> dict:
     return {"file": file, "segment": segment, "error": error}
 
 
+def _open_source(entry: FileEntry, originals: dict | None) -> tuple[BinaryIO | None, list[dict]]:
+    """The source file to compare an archived file with (open), or None,
+    and the problems found before reading it."""
+    if originals is None:
+        return None, []
+    if entry.path not in originals:
+        return None, [_problem(entry.path, None, "missing from the source")]
+    try:
+        return open(originals[entry.path], "rb"), []
+    except OSError as e:
+        return None, [_problem(entry.path, None, f"cannot read source: {e.strerror}")]
+
+
 def _verify_in_threads(decoder: ChunkDecoder, originals: dict | None, threads: int, progress: Progress) -> list[dict]:
     problems: list[dict] = []
     with Pool(threads) as pool:
         for entry in decoder.reader.index.files:
-            original = None
-            if originals is not None:
-                if entry.path not in originals:
-                    problems.append(_problem(entry.path, None, "missing from the source"))
-                else:
-                    try:
-                        original = open(originals[entry.path], "rb")
-                    except OSError as e:
-                        problems.append(_problem(entry.path, None, f"cannot read source: {e.strerror}"))
+            original, found = _open_source(entry, originals)
+            problems += found
             for seg, error in _check_file(decoder, entry, pool, original, progress):
                 problems.append(_problem(entry.path, seg.name, error))
             if original is not None:
@@ -526,21 +520,13 @@ def _verify_in_processes(executor: Executor, reader: ArchiveReader, originals: d
     after: dict[int, list[dict]] = {}  # ... and after them
     sources: dict[int, str] = {}
     for i, entry in enumerate(files):
-        if originals is None:
+        original, before[i] = _open_source(entry, originals)
+        if original is None:
             continue
-        if entry.path not in originals:
-            before[i] = [_problem(entry.path, None, "missing from the source")]
-            continue
-        path = originals[entry.path]
-        try:
-            with open(path, "rb") as f:
-                longer = os.fstat(f.fileno()).st_size > entry.size
-        except OSError as e:
-            before[i] = [_problem(entry.path, None, f"cannot read source: {e.strerror}")]
-            continue
-        sources[i] = str(path)
-        if longer:
-            after[i] = [_problem(entry.path, None, "source file is longer than the archived one")]
+        with original:
+            sources[i] = original.name  # workers read it by path
+            if os.fstat(original.fileno()).st_size > entry.size:
+                after[i] = [_problem(entry.path, None, "source file is longer than the archived one")]
     found: dict[int, list[dict]] = {}
     tasks = decode_tasks(reader.path.absolute(), reader, None, Path(""), sources)
     for task, (done, chunk_problems) in _in_order(executor, run_check, tasks, window):
