@@ -258,14 +258,8 @@ class Planner:
     def _try_reuse(self, family: _Family, root: Value, seg: SegmentInfo, scale: float) -> Plan | None:
         if family.program is None:
             return None
-        try:
-            refs = root.reference or [None] * len(root.slices)
-            size = sum(len(b) for s, r in zip(root.slices, refs) for b in encode(family.program, s, seg.t, r))
-        except NotApplicable:
-            return None
-        leaves = len(family.program.leaves())
-        estimate = size * scale + STREAM_INDEX_BYTES * seg.chunks * leaves
-        if estimate > family.bytes_per_byte * seg.length * REUSE_TOLERANCE:
+        estimate = _estimate(family.program, root, seg, scale)
+        if estimate is None or estimate > family.bytes_per_byte * seg.length * REUSE_TOLERANCE:
             return None
         # A sibling's program can miss structure this segment has (a constant
         # or upcast tensor in a family of dense ones): its entropy tells.
@@ -289,16 +283,20 @@ def _entropy(root: Value, scale: float) -> float:
     return root.entropy_bytes * scale + ENTROPY_FLOOR
 
 
-def _relative(program: Program, root: Value, seg: SegmentInfo, scale: float) -> float | None:
-    """A program's estimated bytes for the segment (its sample's streams
-    scaled up, plus index entries) over the segment's order-0 estimate;
-    None where it does not apply."""
-    if program.uses_reference:
-        return None
+def _estimate(program: Program, root: Value, seg: SegmentInfo, scale: float) -> float | None:
+    """A program's estimated bytes for the segment: its sample's streams
+    scaled up, plus index entries; None where it does not apply."""
     try:
         program.check(seg.t)
-        size = sum(len(b) for s in root.slices for b in encode(program, s, seg.t))
+        refs = root.reference or [None] * len(root.slices)
+        size = sum(len(b) for s, r in zip(root.slices, refs) for b in encode(program, s, seg.t, r))
     except (NotApplicable, ProgramError):
         return None
-    estimate = size * scale + STREAM_INDEX_BYTES * seg.chunks * len(program.leaves())
-    return estimate / _entropy(root, scale)
+    return size * scale + STREAM_INDEX_BYTES * seg.chunks * len(program.leaves())
+
+
+def _relative(program: Program, root: Value, seg: SegmentInfo, scale: float) -> float | None:
+    """A program's estimate for the segment over the segment's order-0
+    estimate; None where it does not apply (or codes against a base)."""
+    estimate = None if program.uses_reference else _estimate(program, root, seg, scale)
+    return None if estimate is None else estimate / _entropy(root, scale)
