@@ -35,6 +35,18 @@ def _size(n: float) -> str:
 
 
 @contextmanager
+def worker_processes(executor):
+    """Worker processes (or None) for the rest of the command, shut down
+    on the way out. Opened before the progress bar, whose thread would
+    otherwise keep them from being forked."""
+    try:
+        yield executor
+    finally:
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+
+
+@contextmanager
 def progress_bar(total: int, quiet: bool, desc: str):
     from tqdm import tqdm
 
@@ -91,15 +103,10 @@ def compress(sources, output, force, effort, prior, explain, base, threads, quie
     files, _ = collect(list(sources))
     total = sum(s.path.stat().st_size for s in files)
     threads = threads or default_threads()
-    # Worker processes (large inputs) are started before the progress bar's thread.
-    workers = open_chunk_processes(threads, total)
-    try:
-        with progress_bar(total, quiet, "compress") as update:
-            s = api.compress(sources, output, threads=threads, force=force, effort=effort, prior=prior,
-                             base=base, progress=update, executor=workers)
-    finally:
-        if workers is not None:
-            workers.shutdown(wait=True, cancel_futures=True)
+    with worker_processes(open_chunk_processes(threads, total)) as workers, \
+            progress_bar(total, quiet, "compress") as update:
+        s = api.compress(sources, output, threads=threads, force=force, effort=effort, prior=prior,
+                         base=base, progress=update, executor=workers)
     if explain:
         s["explain"] = api.explain(output)
     ratio = f"{100 * s['ratio']:.1f} %" if s["ratio"] is not None else "-"
@@ -214,14 +221,10 @@ def decompress(archive, output, force, base, threads, quiet, as_json):
     from .decoder import processes_for
 
     threads = threads or default_threads()
-    workers = processes_for(archive, threads, base)  # before the progress bar's thread
-    try:
-        with progress_bar(0, quiet, "decompress") as update:
-            s = api.decompress(archive, output, threads=threads, force=force, progress=update, base=base,
-                               executor=workers)
-    finally:
-        if workers is not None:
-            workers.shutdown(wait=True, cancel_futures=True)
+    with worker_processes(processes_for(archive, threads, base)) as workers, \
+            progress_bar(0, quiet, "decompress") as update:
+        s = api.decompress(archive, output, threads=threads, force=force, progress=update, base=base,
+                           executor=workers)
     _emit(as_json, quiet, s, f"{s['output']}: {s['files']} files, {_size(s['bytes'])} in {s['seconds']:.1f} s")
 
 
@@ -238,14 +241,10 @@ def verify(archive, sources, base, threads, quiet, as_json):
     from .decoder import processes_for
 
     threads = threads or default_threads()
-    workers = processes_for(archive, threads, base)  # before the progress bar's thread
-    try:
-        with progress_bar(0, quiet, "verify") as update:
-            r = api.verify(archive, list(sources) or None, threads=threads, progress=update, base=base,
-                           executor=workers)
-    finally:
-        if workers is not None:
-            workers.shutdown(wait=True, cancel_futures=True)
+    with worker_processes(processes_for(archive, threads, base)) as workers, \
+            progress_bar(0, quiet, "verify") as update:
+        r = api.verify(archive, list(sources) or None, threads=threads, progress=update, base=base,
+                       executor=workers)
     if as_json:
         click.echo(json.dumps(r, indent=1))
     elif not quiet:
@@ -286,6 +285,9 @@ def inspect(archive, as_json):
                            f" -> actual {s['stored_bytes']} bytes" + (" (budget hit)" if st.get("exhausted") else ""))
             elif st.get("search") == "family":
                 click.echo(f"    search: reused a sibling's program, estimated {st['estimate']}"
+                           f" -> actual {s['stored_bytes']} bytes")
+            elif st.get("search") == "learned":
+                click.echo(f"    search: took a program learned on the sample, estimated {st['estimate']}"
                            f" -> actual {s['stored_bytes']} bytes")
 
 
