@@ -14,7 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import zstandard
 
+from brevis.archive.format import FOOTER_SIZE, Footer, index_digest
 from brevis.dsl import decode, encode
 from brevis.dsl.program import Program
 from brevis.dsl.types import Field
@@ -98,6 +100,22 @@ def signal_and_wait(p, workers: set[int], sig: str) -> tuple[str, float]:
         time.sleep(0.05)
     assert not alive(workers), "worker processes outlived the main process"
     return err, elapsed
+
+
+# ---------------------------------------------------------------- taking archives apart
+def split(data: bytes) -> tuple[bytes, dict]:
+    """(everything before the index, the index as JSON) of a valid archive."""
+    footer = Footer.unpack(data[-FOOTER_SIZE:], len(data))
+    stored = data[footer.index_offset:footer.index_offset + footer.index_length]
+    raw = zstandard.ZstdDecompressor().decompress(stored, max_output_size=footer.index_raw_length)
+    return data[:footer.index_offset], json.loads(raw)
+
+
+def join(head: bytes, index) -> bytes:
+    """An archive with this index (an object or raw JSON bytes), digested and located."""
+    raw = index if isinstance(index, bytes) else json.dumps(index).encode("ascii")
+    stored = zstandard.ZstdCompressor(level=1).compress(raw)
+    return head + stored + Footer(len(head), len(stored), len(raw), index_digest(stored)).pack()
 
 
 # ---------------------------------------------------------------- round trip

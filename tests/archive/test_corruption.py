@@ -14,13 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import zstandard
 
 import brevis
 from brevis.archive.format import FOOTER, FOOTER_SIZE, HEADER, HEADER_SIZE, Footer, index_digest
 from brevis.archive.reader import ArchiveReader
 from brevis.errors import BrevisError, FormatError, TruncatedError, UnsupportedVersion
-from helpers import deadline, small_checkpoint, write_safetensors
+from helpers import deadline, join, small_checkpoint, split, write_safetensors
 
 
 
@@ -212,20 +211,6 @@ def test_archive_paths_that_are_not_archives(tmp_path):
 
 
 # ------------------------------------------------------------ crafted indexes
-def split(data: bytes) -> tuple[bytes, dict]:
-    footer = Footer.unpack(data[-FOOTER_SIZE:], len(data))
-    stored = data[footer.index_offset:footer.index_offset + footer.index_length]
-    raw = zstandard.ZstdDecompressor().decompress(stored, max_output_size=footer.index_raw_length)
-    return data[:footer.index_offset], json.loads(raw)
-
-
-def join(head: bytes, index) -> bytes:
-    """An archive with this index, properly compressed, located and digested."""
-    raw = index if isinstance(index, bytes) else json.dumps(index).encode("ascii")
-    stored = zstandard.ZstdCompressor(level=3).compress(raw)
-    return head + stored + Footer(len(head), len(stored), len(raw), index_digest(stored)).pack()
-
-
 def test_rewriting_the_index_unchanged_still_reads(small, tmp_path):
     src, _, data = small
     head, index = split(data)

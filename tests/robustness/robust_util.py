@@ -18,7 +18,6 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-import zstandard
 
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
@@ -28,7 +27,6 @@ for p in (str(TESTS), str(REPO)):
         sys.path.insert(0, p)
 
 import brevis  # noqa: E402
-from brevis.archive.format import FOOTER_SIZE, Footer, index_digest  # noqa: E402
 from brevis.archive.index import Chunk, FileEntry, Index, SegmentEntry  # noqa: E402
 from brevis.archive.writer import ArchiveWriter  # noqa: E402
 from brevis.dsl import encode  # noqa: E402
@@ -36,26 +34,10 @@ from brevis.dsl.program import Program  # noqa: E402
 from brevis.dsl.types import BYTES, tensor  # noqa: E402
 from brevis import dtypes  # noqa: E402
 from brevis.errors import BrevisError  # noqa: E402
-from helpers import deadline, small_checkpoint, tree, write_safetensors  # noqa: E402
+from helpers import deadline, join, small_checkpoint, split, tree, write_safetensors  # noqa: E402,F401
 
 PTH = REPO / "examples" / "taesd" / "taef2_decoder.pth"
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
-
-
-# ------------------------------------------------------------ taking archives apart
-def split(data: bytes) -> tuple[bytes, dict]:
-    """(everything before the index, the index as JSON) of a valid archive."""
-    footer = Footer.unpack(data[-FOOTER_SIZE:], len(data))
-    stored = data[footer.index_offset:footer.index_offset + footer.index_length]
-    raw = zstandard.ZstdDecompressor().decompress(stored, max_output_size=footer.index_raw_length)
-    return data[:footer.index_offset], json.loads(raw)
-
-
-def join(head: bytes, index) -> bytes:
-    """An archive with this index (an object or raw JSON bytes), digested and located."""
-    raw = index if isinstance(index, bytes) else json.dumps(index).encode("ascii")
-    stored = zstandard.ZstdCompressor(level=1).compress(raw)
-    return head + stored + Footer(len(head), len(stored), len(raw), index_digest(stored)).pack()
 
 
 def reseal_crcs(head: bytes, index: dict) -> dict:
