@@ -135,7 +135,14 @@ class PlannedSegment:
 
     def __post_init__(self):
         if self.plan.program is not None:
-            self.program_json = json.dumps(self.plan.program.to_json())
+            self.program_json = program_text(self.plan.program)
+
+
+@functools.lru_cache(maxsize=1024)
+def program_text(program: Program) -> str:
+    """A program as the chunk tasks carry it: families and learned programs
+    share one program across many segments, so it is written out once."""
+    return json.dumps(program.to_json())
 
 
 @dataclass
@@ -376,7 +383,8 @@ def _streams_of(result: list[ChunkOutput] | SharedBatch):
     os.unlink(result.name)
     size = max((a + n for o in result.outputs for a, n in o.spans), default=0)
     try:
-        data = mmap.mmap(fd, size, prot=mmap.PROT_READ) if size else b""
+        # Populated at once: one call instead of a page fault per 4 KiB as the writer copies.
+        data = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ) if size else b""
     finally:
         os.close(fd)
     whole = memoryview(data)
