@@ -33,6 +33,12 @@ from .format import HEADER_SIZE, Footer, index_digest, pack_header
 from .index import Index
 
 
+# Written bytes between flushes to disk in the background while encoding
+# goes on, so that the final fsync finds little left to write.
+SYNC_BYTES = 64 << 20
+_datasync = getattr(os, "fdatasync", os.fsync)
+
+
 def io_failure(e: OSError, what: str) -> IOFailure:
     reason = "disk full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
     return IOFailure(f"{what}: {reason}")
@@ -165,6 +171,9 @@ class ArchiveWriter:
             raise io_failure(e, f"cannot write {self.path}") from None
         self.file = None
         self.offset = 0
+        self.unsynced = 0
+        self.syncing: threading.Thread | None = None
+        self.sync_error: OSError | None = None
         try:
             self.file = os.fdopen(fd, "wb")  # closing it releases the lock
             remove_stale(parent, self.path.name, started)
@@ -179,9 +188,27 @@ class ArchiveWriter:
     def _write(self, data: bytes | memoryview) -> None:
         try:
             self.file.write(data)
+            self.unsynced += len(data)
+            if self.unsynced >= SYNC_BYTES and not (self.syncing and self.syncing.is_alive()):
+                self.file.flush()
+                self.unsynced = 0
+                self.syncing = threading.Thread(target=self._sync, args=(self.file.fileno(),), daemon=True)
+                self.syncing.start()
         except OSError as e:
             raise io_failure(e, f"cannot write {self.path}") from None
         self.offset += len(data)
+
+    def _sync(self, fd: int) -> None:
+        try:
+            _datasync(fd)
+        except OSError as e:
+            # Kept for finish: after a failed flush Linux may report the next fsync clean.
+            self.sync_error = e
+
+    def _wait_for_sync(self) -> None:
+        if self.syncing is not None:
+            self.syncing.join()  # before the descriptor closes
+            self.syncing = None
 
     def write_stream(self, data: bytes, crc: int) -> tuple[int, int, int]:
         """Append a stream; its location and the CRC-32 of its bytes."""
@@ -196,7 +223,10 @@ class ArchiveWriter:
         footer = Footer(self.offset, len(stored), len(raw), index_digest(stored))
         self._write(stored)
         self._write(footer.pack())
+        self._wait_for_sync()
         try:
+            if self.sync_error is not None:
+                raise self.sync_error
             self.file.flush()
             os.fsync(self.file.fileno())
             # mkstemp made it private; an archive gets the usual permissions.
@@ -211,6 +241,7 @@ class ArchiveWriter:
         return self.offset
 
     def abort(self) -> None:
+        self._wait_for_sync()
         try:
             if self.file is not None:
                 self.file.close()
