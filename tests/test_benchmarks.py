@@ -87,3 +87,21 @@ def test_coder_tables_on_a_tiny_checkpoint(tmp_path, monkeypatch):
     ix = row["index"]
     assert 0 < ix["index_stored"] == ix["recompressed"] < ix["archive"] and ix["programs_json"] > 0
     assert "### Index" in (out / "coder_tables.md").read_text()
+
+
+def test_phases_times_each_phase_and_the_floor(tmp_path):
+    item = tmp_path / "corpus" / "tiny"
+    item.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    save_file({"w": (rng.standard_normal((1024, 1024)) * 0.02).astype(np.float32)}, str(item / "model.safetensors"))
+    p = subprocess.run([sys.executable, "benchmarks/phases.py", "--items", "tiny", "--repeat", "1"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={**__import__("os").environ, "BREVIS_CORPUS": str(tmp_path / "corpus")})
+    assert p.returncode == 0, p.stderr
+    [row] = [line for line in p.stdout.splitlines() if line.startswith("| tiny |")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    total, phases = float(cells[2]), [float(c) for c in cells[3:9]]
+    assert total > 0 and phases[3] > 0  # chunks were encoded, and timed
+    assert sum(phases) <= total + 0.01
+    floor = [float(v) for v in cells[10].split("+")]
+    assert len(floor) == 5 and all(v >= 0 for v in floor) and abs(sum(floor) - float(cells[11])) < 0.02
