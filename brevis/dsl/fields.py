@@ -99,28 +99,35 @@ def _join(n: int, t: Field, groups, values: list[np.ndarray]) -> np.ndarray:
     word = container.type
     x = tmp = None
     for group, value in zip(groups, values):
+        value_bits = 8 * value.itemsize
         pos = 0
         for low, w in reversed(group):
             # ((value >> pos) & mask) << low, widened to the word in the same pass as the
-            # shift (the ufunc's dtype casts its input), then masked in place. The mask
-            # also keeps a value wider than its field from spilling into other ranges.
+            # shift (the ufunc's dtype casts its input). The mask drops the bits of value
+            # below pos (other ranges of the group) and above pos + w (a stream holding
+            # more than its field, which must not spill into other ranges); there are
+            # none when the range starts at bit 0 of value and is as wide as its container.
             if x is None:
-                part = np.empty(n, container)  # the first range is the start of x
+                part = x = np.empty(n, container)  # the first range is the start of x
             else:
                 if tmp is None:
                     tmp = np.empty(n, container)
                 part = tmp
+            mask = word(((1 << w) - 1) << low)
+            whole = pos == 0 and w >= value_bits
             shift = low - pos
             if shift > 0:
                 np.left_shift(value, word(shift), out=part, dtype=container, casting="unsafe")
+                if not whole:
+                    part &= mask
             elif shift < 0:
                 np.right_shift(value, word(-shift), out=part, dtype=container, casting="unsafe")
-            else:
+                part &= mask
+            elif whole:
                 np.copyto(part, value, casting="unsafe")
-            np.bitwise_and(part, word(((1 << w) - 1) << low), out=part)
-            if x is None:
-                x = part
             else:
+                np.bitwise_and(value, mask, out=part, dtype=container, casting="unsafe")
+            if part is not x:
                 x |= part
             pos += w
     if x is None:

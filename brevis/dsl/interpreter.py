@@ -67,7 +67,7 @@ def _decode(program: Program, t: Field, n: int, streams, cursor: list[int], refe
         cursor[0] += 1
         return node.decode(data, n, t)
     assert isinstance(node, Operator)
-    types = node.output_types(t)
+    types = node.child_types(t)
     # Children are decoded in order, on demand, so an operator may read the
     # length of a later child from an earlier one.
     decoded: list[np.ndarray] = []

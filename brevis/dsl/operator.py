@@ -83,6 +83,15 @@ class Operator(Production):
         """Types of the children for input type t; ProgramError if t is not accepted."""
         raise NotImplementedError
 
+    def child_types(self, t: Field) -> tuple[Field, ...]:
+        """output_types(t), computed once per input type: decoding asks for
+        them at every node of every chunk, and a production never changes."""
+        cache = self.__dict__.setdefault("_child_types", {})
+        types = cache.get(t)
+        if types is None:
+            types = cache[t] = tuple(self.output_types(t))
+        return types
+
     def output_names(self, t: Field) -> list[str]:
         return [f"{i}" for i in range(len(self.output_types(t)))]
 

@@ -34,6 +34,6 @@ class BytePlanes(Operator):
     def inverse(self, n, t, read):
         size = t.container.itemsize
         out = np.zeros((n, size), np.uint8)
-        for i in range(len(self.output_types(t))):
+        for i in range(len(self.child_types(t))):
             out[:, i] = read(i, n)
         return out.view(t.container).reshape(n)

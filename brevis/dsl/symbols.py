@@ -141,7 +141,16 @@ class Partition(Operator):
         return ["context"] + [f"class{i}" for i in range(len(self._config["classes"]))] + ["other"]
 
     def _class_table(self, bits: int) -> np.ndarray:
-        """The class of every context value (len(classes) for none)."""
+        """The class of every context value (len(classes) for none), made
+        once per width: decoding needs it for every chunk."""
+        tables = self.__dict__.setdefault("_tables", {})
+        if bits not in tables:
+            table = self._make_class_table(bits)
+            table.flags.writeable = False  # shared by every chunk and thread
+            tables[bits] = table
+        return tables[bits]
+
+    def _make_class_table(self, bits: int) -> np.ndarray:
         keys, codes = [], []
         for j, c in enumerate(self._config["classes"]):
             keys += c
@@ -179,7 +188,7 @@ class Partition(Operator):
         return [context] + subs
 
     def inverse(self, n, t, read):
-        types = self.output_types(t)
+        types = self.child_types(t)
         context = read(0, n)
         table = self._class_table(types[0].bits)
         k = len(types) - 1
