@@ -125,10 +125,32 @@ class ChunkDecoder:
             self.base.close()
 
 
+# A job for the thread pool decodes whole chunks of one file, in order, until
+# it holds at least this many original bytes: most chunks of a checkpoint are
+# small tensors, and a job of one of them costs more in thread switches than
+# it decodes.
+BATCH_BYTES = 1 << 20
+
+
+def batches(work: list[tuple]) -> Iterator[list[tuple]]:
+    """Runs of consecutive (segment, chunk, start) of about BATCH_BYTES."""
+    batch: list[tuple] = []
+    size = 0
+    for w in work:
+        batch.append(w)
+        size += w[1].n * w[0].itemsize
+        if size >= BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
 def file_chunks(decoder: ChunkDecoder, entry: FileEntry, pool: Pool) -> Iterator[memoryview]:
     """The decoded bytes of one file, chunk by chunk, in order."""
-    for data in pool.ordered_map(lambda w: decoder.decode(*w), decoder.work(entry)):
-        yield memoryview(data)
+    for decoded in pool.ordered_map(lambda ws: [decoder.decode(*w) for w in ws], batches(decoder.work(entry))):
+        for data in decoded:
+            yield memoryview(data)
 
 
 # Archives of fewer original bytes are decoded on the thread pool: starting
@@ -578,7 +600,8 @@ def _check_file(decoder: ChunkDecoder, entry: FileEntry, pool: Pool, original, p
         except BrevisError as e:
             return w, None, str(e)
 
-    for (seg, chunk, _), data, error in pool.ordered_map(decode, decoder.work(entry)):
+    decoded = pool.ordered_map(lambda ws: [decode(w) for w in ws], batches(decoder.work(entry)))
+    for (seg, chunk, _), data, error in (r for rs in decoded for r in rs):
         length = chunk.n * seg.itemsize
         if error:
             yield seg, error
