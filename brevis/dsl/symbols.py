@@ -190,8 +190,12 @@ class Partition(Operator):
     def inverse(self, n, t, read):
         types = self.child_types(t)
         context = read(0, n)
-        table = self._class_table(types[0].bits)
         k = len(types) - 1
+        classes = self._config["classes"]
+        if k <= FEW_CLASSES and all(len(c) == 1 for c in classes):
+            rest = self._inverse_singletons(n, types, context, [c[0] for c in classes], read)
+            return _join(n, t, self._groups(), [context, rest])
+        table = self._class_table(types[0].bits)
         cls = _take(table, context)
         starts = range(0, n, BLOCK)
         if k <= FEW_CLASSES:
@@ -219,3 +223,35 @@ class Partition(Operator):
                 used[j] += c
             out[np.argsort(block, kind="stable")] = np.concatenate(gathered) if len(gathered) > 1 else gathered[0]
         return _join(n, t, self._groups(), [context, rest])
+
+    @staticmethod
+    def _inverse_singletons(n, types, context, values, read) -> np.ndarray:
+        """The rest field where every class is one context value (the usual
+        case): comparing the context with each value finds a class's elements
+        without looking every context value up in the class table."""
+        totals = [int(np.count_nonzero(context == v)) for v in values]
+        totals.append(n - sum(totals))  # in no class
+        parts = [read(j + 1, count) for j, count in enumerate(totals)]
+        rest = np.empty(n, dtype=types[1].container)
+        used = [0] * len(parts)  # elements of each part placed so far
+        for i in range(0, n, BLOCK):
+            block = context[i:i + BLOCK]
+            out = rest[i:i + BLOCK]
+            classed = None
+            for j, v in enumerate(values + [None]):
+                if v is None:  # the elements of no class: what the values left
+                    if classed is None:
+                        at = np.arange(len(block))
+                    else:
+                        at = np.flatnonzero(np.logical_not(classed, out=classed))
+                else:
+                    mask = block == v
+                    at = np.flatnonzero(mask)
+                    if classed is None:
+                        classed = mask
+                    else:
+                        classed |= mask
+                if len(at):
+                    out[at] = parts[j][used[j]:used[j] + len(at)]
+                    used[j] += len(at)
+        return rest
