@@ -765,10 +765,11 @@ def test_pack_bits_layout(bits, n):
     assert out.dtype == np.uint8 and out.tolist() == x.tolist()
 
 
-@pytest.mark.parametrize("classes", [[[0], [3, 5], [7]], [[v] for v in range(0, 40, 2)]], ids=["few", "many"])
+@pytest.mark.parametrize("classes", [[[0], [3, 5], [7]], [[0], [3], [7]], [], [[v] for v in range(0, 40, 2)]],
+                         ids=["few", "singletons", "none", "many"])
 def test_partition_across_blocks(classes):
     """Sub-streams are each class's elements in order, however the chunk is cut into
-    blocks internally (few classes and many take different paths)."""
+    blocks internally (few classes, one value per class, and many take different paths)."""
     from brevis.dsl.symbols import BLOCK
 
     t = tensor(DTYPES["F32"])
@@ -781,7 +782,8 @@ def test_partition_across_blocks(classes):
     context = (x >> np.uint32(23)) & np.uint32(0xFF)
     rest = ((x >> np.uint32(8)) & np.uint32(0x800000)) | (x & np.uint32(0x7FFFFF))
     member = [np.isin(context, c) for c in classes]
-    expected = [context.astype(np.uint8)] + [rest[m] for m in member] + [rest[~np.any(member, axis=0)]]
+    classed = np.any(member, axis=0) if member else np.zeros(n, bool)
+    expected = [context.astype(np.uint8)] + [rest[m] for m in member] + [rest[~classed]]
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
         assert g.dtype == e.dtype and np.array_equal(g, e)
