@@ -33,7 +33,14 @@ class BytePlanes(Operator):
 
     def inverse(self, n, t, read):
         size = t.container.itemsize
+        planes = [read(i, n) for i in range(len(self.child_types(t)))]
+        if size == 2 and len(planes) == 2 and planes[0].dtype == planes[1].dtype == np.uint8:
+            # One widening copy, one shift and one OR: about twice as fast as
+            # interleaving through a strided (n, 2) byte view.
+            out = planes[0].astype(t.container)
+            out |= np.left_shift(planes[1], t.container.type(8), dtype=t.container)
+            return out
         out = np.zeros((n, size), np.uint8)
-        for i in range(len(self.child_types(t))):
-            out[:, i] = read(i, n)
+        for i, plane in enumerate(planes):
+            out[:, i] = plane
         return out.view(t.container).reshape(n)

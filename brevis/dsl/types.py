@@ -9,6 +9,7 @@ check for it. A byte stream is `Field(8)`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -46,7 +47,10 @@ class Tensor(Field):
 BYTES = Field(8)
 
 
+@lru_cache(maxsize=None)
 def tensor(dtype: DType) -> Tensor:
+    """The value type of a tensor of dtype (one per dtype: read for every
+    segment and chunk when decoding)."""
     return Tensor(dtype.bits, dtype)
 
 
