@@ -400,3 +400,24 @@ def test_safetensors_with_many_chunks_survives_flips_in_streams(tmp_path):
             assert not report["ok"]
             assert len(report["problems"]) == 1
             assert report["problems"][0]["file"] == "w.safetensors"
+
+
+def test_an_index_parsed_before_is_reused_only_for_the_same_stored_index(small, tmp_path):
+    """The reader keeps the last index it parsed, keyed by the footer (the
+    SHA-256 of the stored index): reopening the same archive reuses it; a
+    damaged index or another archive at the same path is read afresh."""
+    _, archive, data = small
+    with ArchiveReader(archive) as first, ArchiveReader(archive) as again:
+        assert again.index is first.index
+    copy = tmp_path / "copy.brv"
+    damaged = bytearray(data)
+    footer = Footer.unpack(data[-FOOTER_SIZE:], len(data))
+    damaged[footer.index_offset + 3] ^= 0x10
+    copy.write_bytes(bytes(damaged))
+    with pytest.raises(FormatError, match="index checksum"):
+        ArchiveReader(copy)
+    head, index = split(data)
+    index["files"][0]["path"] = "renamed.bin"
+    copy.write_bytes(join(head, index))
+    with ArchiveReader(copy) as other:
+        assert other.index is not first.index and other.index.files[0].path == "renamed.bin"
