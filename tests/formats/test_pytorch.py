@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import io
 import pickle
+import random
 import struct
 import sys
 import types
@@ -263,6 +264,48 @@ def test_hostile_legacy(fake_torch):
     assert seen.get("error", 0) > 0
 
 
+def _walk_outcome(data: bytes, start: int, fast: bool) -> str:
+    try:
+        return repr(pytorch._walk(data, start, fast=fast))  # repr: memo can make lists recursive
+    except Exception as e:  # the same failure, message included: legacy reads grow on it
+        return f"{type(e).__name__}: {e}"
+
+
+def check_fast_walk(data: bytes, start: int = 0, *, seed: int, cuts: int = 50, flips: int = 200) -> None:
+    """The fast walk finds what the genops walk finds, or fails the same way, on `data`,
+    its prefixes and copies with bytes flipped."""
+    rng = random.Random(seed)
+    variants = [data] + [data[:rng.randrange(start, len(data))] for _ in range(cuts)]
+    for _ in range(flips):
+        b = bytearray(data)
+        for _ in range(rng.choice((1, 2, 4))):
+            i = rng.randrange(start, len(b))
+            b[i] = rng.randrange(256) if rng.random() < 0.5 else b[i] ^ (1 << rng.randrange(8))
+        variants.append(bytes(b))
+    for v in variants:
+        assert _walk_outcome(v, start, True) == _walk_outcome(v, start, False)
+
+
+@pytest.mark.filterwarnings("ignore:invalid escape sequence")  # a flipped GLOBAL, in pickletools
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_fast_walk_matches_genops(fake_torch, protocol):
+    arr = np.arange(24, dtype=np.float32)
+    st = _Storage(fake_torch.FloatStorage, "0", 24)
+    obj = {"a": _Tensor(st, 0, (4, 6), (6, 1)), "b": [_Tensor(st, 6, (3,), (1,)), 1.5, -7, 1 << 40],
+           "c": (True, None, b"raw", "x" * 300, {1, 2}), "d": [arr.dtype.name] * 3}
+    pkl = _pickle(obj, lambda s: ("storage", s.cls, s.key, "cpu", s.numel), protocol)
+    assert _walk_outcome(pkl, 0, True).startswith("_Walk(")
+    check_fast_walk(pkl, seed=protocol)
+
+
+def test_fast_walk_matches_genops_legacy(fake_torch):
+    data = make_legacy(fake_torch, sample_tensors())
+    start = 0
+    for _ in range(3):  # the pickles before the state dict
+        start = pytorch._walk(data, start).end
+    check_fast_walk(data, start, seed=9)
+
+
 # ------------------------------------------------------------------------------ corpus
 
 
@@ -291,6 +334,9 @@ def test_taesd_hostile():
     hostile(pytorch, data, p.name, seed=5, cuts=40, flips=0)
     hostile(pytorch, data, p.name, seed=6, cuts=0, flips=50, region=(0, 12000))
     hostile(pytorch, data, p.name, seed=7, cuts=0, flips=30, region=(data.find(b"PK\x01\x02"), len(data)))
+    with zipfile.ZipFile(p) as z:
+        (name,) = [n for n in z.namelist() if n.endswith("/data.pkl")]
+        check_fast_walk(z.read(name), seed=10, cuts=20, flips=100)
 
 
 EXPECTED_CORPUS = {
