@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import random
 
 import numpy as np
 import pytest
@@ -168,6 +169,36 @@ def test_hostile():
     assert seen.get("error", 0) > 0 and seen.get("parsed", 0) > 0
 
 
+def _outcome(data: bytes) -> object:
+    try:
+        return onnx.parse(io.BytesIO(data), len(data))
+    except ParseError:
+        return "error"
+
+
+def check_held_walk(monkeypatch, data: bytes, *, seed: int, cuts: int = 100, flips: int = 300) -> None:
+    """Messages walked in memory give what the reader's field-by-field walk gives, or fail
+    alike, on `data`, its prefixes and copies with bytes flipped."""
+    rng = random.Random(seed)
+    variants = [data] + [data[:rng.randrange(len(data))] for _ in range(cuts)]
+    for _ in range(flips):
+        b = bytearray(data)
+        for _ in range(rng.choice((1, 2, 4))):
+            i = rng.randrange(len(b))
+            b[i] = rng.randrange(256) if rng.random() < 0.5 else b[i] ^ (1 << rng.randrange(8))
+        variants.append(bytes(b))
+    for v in variants:
+        expect = {}
+        for held in (-1, 40, onnx.MAX_HELD):  # none, some, as parse() does
+            monkeypatch.setattr(onnx, "MAX_HELD", held)
+            expect[held] = _outcome(v)
+        assert expect[-1] == expect[40] == expect[onnx.MAX_HELD]
+
+
+def test_held_walk_matches_streaming(monkeypatch):
+    check_held_walk(monkeypatch, sample_model(), seed=25)
+
+
 def test_fixture_roundtrip(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
@@ -204,9 +235,10 @@ def test_corpus_roundtrip(tmp_path):
     assert info["files"][0]["stored_bytes"] < p.stat().st_size
 
 
-def test_corpus_hostile():
+def test_corpus_hostile(monkeypatch):
     (p,) = corpus_files("silero-vad-v6/*.onnx")
     data = p.read_bytes()
     hostile(onnx, data, p.name, seed=22, cuts=30, flips=0)
     hostile(onnx, data, p.name, seed=23, cuts=0, flips=30, region=(0, 4096))
     hostile(onnx, data, p.name, seed=24, cuts=0, flips=30, region=(len(data) - 4096, len(data)))
+    check_held_walk(monkeypatch, data, seed=26, cuts=20, flips=60)
