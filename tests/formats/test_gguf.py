@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import random
 import struct
 
 import numpy as np
@@ -109,6 +110,32 @@ def test_long_vocabulary_crosses_the_read_window():
     assert len(data) > 2 * gguf._Reader.WINDOW
     big = gguf.parse(io.BytesIO(data), len(data))
     assert [(s.name, s.length) for s in big if s.dtype] == [(s.name, s.length) for s in small if s.dtype]
+
+
+def _outcome(data: bytes) -> object:
+    try:
+        return gguf.parse(io.BytesIO(data), len(data))
+    except ParseError:
+        return "error"
+
+
+def test_window_size_changes_nothing(monkeypatch):
+    """Wherever the read window ends (in a length, in a string, between them), the vocabulary
+    is skipped the same way, on the fixture, its prefixes and flipped copies."""
+    data = make_gguf(sample())
+    rng = random.Random(13)
+    variants = [data] + [data[:rng.randrange(len(data))] for _ in range(100)]
+    for _ in range(200):
+        b = bytearray(data)
+        i = rng.randrange(len(b) // 2)  # the header, where the vocabulary is
+        b[i] = rng.randrange(256)
+        variants.append(bytes(b))
+    for v in variants:
+        expect = _outcome(v)
+        for window in (9, 13, 100):
+            monkeypatch.setattr(gguf._Reader, "WINDOW", window)
+            assert _outcome(v) == expect
+        monkeypatch.undo()
 
 
 @pytest.mark.parametrize("mutate", ["huge_kv", "huge_tensors", "huge_string", "huge_array", "huge_token",
