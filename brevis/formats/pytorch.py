@@ -46,6 +46,7 @@ ZIP_EXTENSIONS = (".pt", ".pth", ".bin", ".ckpt", ".jit", ".ptl", ".pt2")
 LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"  # PROTO 2, LONG1 0x1950a86a20f9469cfc6c
 _TORCH_MEMBER = re.compile(rb"^[^/]+/(data\.pkl|data/|constants\.pkl|constants/|code/|\.data/|"
                            rb"version|byteorder|\.format_version|\.storage_alignment|bytecode\.pkl|extra/)")
+_PICKLE_MEMBER = re.compile(r"[^/]+/(data|constants)\.pkl")
 
 STORAGE_DTYPES: dict[str, str] = {
     "HalfStorage": "F16",
@@ -108,6 +109,10 @@ def parse(f: BinaryIO, size: int) -> list[Segment]:
 # ----------------------------------------------------------- pickle walking
 
 
+# These records (and _Member) are built once per tensor, storage or zip member: slotted
+# dataclasses, as frozen ones take three times as long to build.
+
+
 class _Opaque:
     """A value the walker does not follow (dicts, objects, results of calls)."""
 
@@ -116,12 +121,12 @@ OPAQUE = _Opaque()
 MARK = object()
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Global:
     name: str  # "module qualname", as GLOBAL spells it
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _StorageRef:
     key: str
     cls: str
@@ -427,7 +432,7 @@ def _persistent(w: _Walk, pid) -> object:
     return OPAQUE
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _TensorRef:
     key: str  # the storage it views
 
@@ -447,20 +452,19 @@ def _is_int(x) -> bool:
 
 def _shape(w: _Walk, ref: _StorageRef, numel: int) -> tuple[int, ...]:
     """The one tensor's shape if it covers the storage contiguously, else (numel,)."""
-    views = w.views.get(ref.key, [])
-    if len(views) == 1:
-        offset, size, stride = views[0]
-        if (offset == 0 and isinstance(size, tuple) and isinstance(stride, tuple)
-                and len(size) == len(stride) <= 64 and all(_is_int(d) and d > 0 for d in size)
-                and all(_is_int(s) for s in stride) and math.prod(size) == numel):
-            expect, ok = 1, True
-            for d, s in zip(reversed(size), reversed(stride)):
-                if d != 1 and s != expect:
-                    ok = False
-                expect *= d
-            if ok:
-                return size
-    return (numel,)
+    views = w.views.get(ref.key)
+    if views is None or len(views) != 1:
+        return (numel,)
+    offset, size, stride = views[0]
+    if not (offset == 0 and isinstance(size, tuple) and isinstance(stride, tuple)
+            and len(size) == len(stride) <= 64):
+        return (numel,)
+    expect = 1  # the stride of a contiguous tensor, innermost first; in the end, numel
+    for d, s in zip(reversed(size), reversed(stride)):
+        if not (_is_int(d) and d > 0 and _is_int(s)) or (d != 1 and s != expect):
+            return (numel,)
+        expect *= d
+    return size if expect == numel else (numel,)
 
 
 def _segment(w: _Walk, key: str, offset: int, length: int, name: str, big_endian: bool) -> Segment:
@@ -478,7 +482,7 @@ def _segment(w: _Walk, key: str, offset: int, length: int, name: str, big_endian
 # ---------------------------------------------------------------------- zip
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Member:
     name: str
     method: int
@@ -600,7 +604,7 @@ def _parse_zip(f: BinaryIO, size: int) -> list[Segment]:
     by_name: dict[str, _Member] = {}
     for m in members:
         by_name.setdefault(m.name, m)
-    pickles = [m for m in members if re.fullmatch(r"[^/]+/(data|constants)\.pkl", m.name)]
+    pickles = [m for m in members if _PICKLE_MEMBER.fullmatch(m.name)]
     if not pickles:
         raise ParseError("zip has no data.pkl: not a PyTorch archive")
     if len(pickles) > MAX_PICKLES:
@@ -616,7 +620,11 @@ def _parse_zip(f: BinaryIO, size: int) -> list[Segment]:
         prefix, base = pm.name.rsplit("/", 1)
         dirs = [f"{prefix}/{base[:-4]}/", f"{prefix}/data/", f"{prefix}/.data/"]
         for key in w.storages:
-            m = next((by_name[d + key] for d in dirs if d + key in by_name), None)
+            m = None
+            for d in dirs:
+                m = by_name.get(d + key)
+                if m is not None:
+                    break
             if m is None or m.name in seen or m.method != 0 or m.csize != m.usize:
                 continue
             seen.add(m.name)
