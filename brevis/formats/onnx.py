@@ -31,8 +31,9 @@ MAX_PACKED_DIMS = 10 * 64  # bytes of packed dims: more dims than any tensor has
 # Smaller tensors stay in the bytes around them: cutting the surrounding bytes into
 # more, shorter byte segments costs more than typing a few elements gains.
 MIN_TENSOR_BYTES = 64
-# A nested message up to this size (as much as the reader's window) is read whole and
-# walked in memory by _held, several times faster than field by field through _Reader.
+# Bytes of a message walked in memory at a time by _held, several times faster than field
+# by field through _Reader: a nested message up to this size (as much as the reader's
+# window), or a run of fields of a larger one. -1 walks everything through _Reader.
 MAX_HELD = 64 << 10
 
 VARINT, I64, LEN, I32 = 0, 1, 2, 5
@@ -159,49 +160,51 @@ class _Reader:
         self.pos += n
         return self.buf, off, self.base
 
-    def fields(self, end: int) -> Iterator[tuple[int, int, int]]:
-        """(field number, wire type, value) up to `end`; LEN fields give their length
-        with the reader at the payload, and the caller must leave it at the payload's end."""
-        varint = self.varint
-        while self.pos < end:
+    def field(self, end: int) -> tuple[int, int, int]:
+        """The next field of a message that ends at `end`: (field number, wire type, value),
+        with the reader past the value; for a LEN field the value is the length, checked
+        against `end`, and the reader is at the payload."""
+        off = self.pos - self.base
+        buf = self.buf
+        if 0 <= off < len(buf) and buf[off] < 0x80:  # a one-byte tag (field numbers 1..15)
+            tag = buf[off]
+            self.pos += 1  # within the message: pos < end
+        else:
+            tag = self.varint(end)
+        number, wire = tag >> 3, tag & 7
+        if number == 0:
+            raise ParseError("protobuf field number 0")
+        if wire == VARINT or wire == LEN:
+            # The value or length, with the same one-byte fast path as the tag.
             off = self.pos - self.base
             buf = self.buf
-            if 0 <= off < len(buf) and buf[off] < 0x80:  # a one-byte tag (field numbers 1..15)
-                tag = buf[off]
-                self.pos += 1  # within the message: pos < end
+            if self.pos < end and 0 <= off < len(buf) and buf[off] < 0x80:
+                v = buf[off]
+                self.pos += 1
             else:
-                tag = varint(end)
-            number, wire = tag >> 3, tag & 7
-            if number == 0:
-                raise ParseError("protobuf field number 0")
-            if wire == VARINT or wire == LEN:
-                # The value or length, with the same one-byte fast path as the tag.
-                off = self.pos - self.base
-                buf = self.buf
-                if self.pos < end and 0 <= off < len(buf) and buf[off] < 0x80:
-                    v = buf[off]
-                    self.pos += 1
-                else:
-                    v = varint(end)
-                if wire == VARINT:
-                    yield number, wire, v
-                    continue
-                if self.pos + v > end:
-                    raise ParseError("length-delimited field runs past its message")
-                stop = self.pos + v
-                yield number, wire, v
-                if self.pos != stop:  # the caller did not descend: skip the payload
-                    if self.pos > stop:
-                        raise ParseError("nested message overran its field")
-                    self.pos = stop
-            elif wire == I64 or wire == I32:
-                n = 8 if wire == I64 else 4
-                if self.pos + n > end:
-                    raise ParseError("fixed-width field runs past its message")
-                self.pos += n
-                yield number, wire, 0
-            else:
-                raise ParseError(f"protobuf wire type {wire} not supported")
+                v = self.varint(end)
+            if wire == LEN and self.pos + v > end:
+                raise ParseError("length-delimited field runs past its message")
+            return number, wire, v
+        if wire == I64 or wire == I32:
+            n = 8 if wire == I64 else 4
+            if self.pos + n > end:
+                raise ParseError("fixed-width field runs past its message")
+            self.pos += n
+            return number, wire, 0
+        raise ParseError(f"protobuf wire type {wire} not supported")
+
+    def fields(self, end: int) -> Iterator[tuple[int, int, int]]:
+        """The fields up to `end`, as field() gives them; after a LEN field the caller must
+        leave the reader at the payload or at its end."""
+        while self.pos < end:
+            number, wire, v = self.field(end)
+            stop = self.pos + v if wire == LEN else self.pos
+            yield number, wire, v
+            if self.pos != stop:  # the caller did not descend: skip the payload
+                if self.pos > stop:
+                    raise ParseError("nested message overran its field")
+                self.pos = stop
         if self.pos != end:
             raise ParseError("message overran its length")
 
@@ -269,34 +272,61 @@ def _tensor(r: _Reader, end: int, out: list[Segment]) -> None:
 
 
 def _message(r: _Reader, kind: int, end: int, out: list[Segment], depth: int) -> None:
+    """Walk a message through the reader: the fields in its window by _held, in memory; a
+    field that the window cuts, or a child message beyond it, through the reader."""
     if depth > MAX_DEPTH:
         raise ParseError("ONNX messages nested too deeply")
     children = CHILDREN[kind]
-    for number, wire, v in r.fields(end):
-        if wire != LEN or number not in children:
-            continue
-        child = children[number]
-        if v <= MAX_HELD:
-            buf, i, base = r.hold(v)
-            try:
-                _held(buf, i, i + v, base, child, out, depth + 1)
-            except IndexError:  # a varint cut by the end of the file
-                raise ParseError("varint runs past its message") from None
-        elif child == TENSOR:
-            _tensor(r, r.pos + v, out)
-        else:
-            _message(r, child, r.pos + v, out, depth + 1)
+    while r.pos < end:
+        buf, base = r.buf, r.base
+        try:
+            limit = min(len(buf), end - base, r.pos - base + MAX_HELD)
+            i = _held(buf, r.pos - base, end - base, base, kind, out, depth, limit)
+        except IndexError:  # a varint cut by the end of the file
+            raise ParseError("varint runs past its message") from None
+        r.pos = base + i
+        if r.pos == end:
+            break
+        number, wire, v = r.field(end)
+        if wire == LEN and number in children:
+            _child(r, children[number], v, out, depth + 1)
+        elif wire == LEN:
+            r.pos += v
 
 
-def _held(buf: bytes, i: int, end: int, base: int, kind: int, out: list[Segment], depth: int) -> None:
+def _child(r: _Reader, kind: int, length: int, out: list[Segment], depth: int) -> None:
+    """Walk the nested message at the reader, held in memory if it is small enough."""
+    if length <= MAX_HELD:
+        buf, i, base = r.hold(length)
+        try:
+            _held(buf, i, i + length, base, kind, out, depth)
+        except IndexError:  # a varint cut by the end of the file
+            raise ParseError("varint runs past its message") from None
+    elif kind == TENSOR:
+        _tensor(r, r.pos + length, out)
+    else:
+        _message(r, kind, r.pos + length, out, depth)
+
+
+def _held(buf: bytes, i: int, end: int, base: int, kind: int, out: list[Segment], depth: int,
+          limit: int | None = None) -> int:
     """_message, or _tensor for kind TENSOR, on a message held in memory: buf[i:end], where
     buf[0] is at file offset `base`. The same fields are checked the same way, in one loop
-    without a generator. Raises IndexError for a varint that runs off the end of buf."""
+    without a generator. Raises IndexError for a varint that runs off the end of buf.
+
+    With a `limit` before `end` (the end of the reader's window), returns the index of the
+    first field that may not lie wholly before it, with its child message if it has one;
+    else returns `end`."""
     tensor = _TensorFields() if kind == TENSOR else None
     if tensor is None and depth > MAX_DEPTH:
         raise ParseError("ONNX messages nested too deeply")
     children = CHILDREN.get(kind, {})
+    if limit is None:
+        limit = end
     while i < end:
+        start = i
+        if i + 20 > limit and limit < end:  # a tag and a value take up to 20 bytes
+            return start
         tag = buf[i]
         if tag < 0x80:
             i += 1
@@ -334,6 +364,8 @@ def _held(buf: bytes, i: int, end: int, base: int, kind: int, out: list[Segment]
                 elif number in (4, 9, 10):
                     tensor.payloads.append((number, base + i, v))
             elif number in children:
+                if i + v > limit:
+                    return start
                 _held(buf, i, i + v, base, children[number], out, depth + 1)
             i += v
         elif wire == I64 or wire == I32:
@@ -344,6 +376,7 @@ def _held(buf: bytes, i: int, end: int, base: int, kind: int, out: list[Segment]
             raise ParseError(f"protobuf wire type {wire} not supported")
     if tensor is not None:
         tensor.segments(out)
+    return i
 
 
 def parse(f: BinaryIO, size: int) -> list[Segment]:

@@ -189,7 +189,7 @@ def check_held_walk(monkeypatch, data: bytes, *, seed: int, cuts: int = 100, fli
         variants.append(bytes(b))
     for v in variants:
         expect = {}
-        for held in (-1, 40, onnx.MAX_HELD):  # none, some, as parse() does
+        for held in (-1, 40, onnx.MAX_HELD):  # none (field by field), some, as parse() does
             monkeypatch.setattr(onnx, "MAX_HELD", held)
             expect[held] = _outcome(v)
         assert expect[-1] == expect[40] == expect[onnx.MAX_HELD]
