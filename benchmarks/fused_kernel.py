@@ -7,10 +7,11 @@ bits and 4-bit ranks packed into bytes. Times, per chunk (best of
 --repeat), the numpy operators Brevis runs today, the same streams from
 one fused loop compiled by numba (if numba is installed; it is not a
 dependency of Brevis), the zstd entropy coding of the streams, the
-SHA-256 digest the format stores, the CRC-32s, and zstd -3 of the same
-chunk. Checks that both paths give the same streams.
+SHA-256 digest the format stores (and BLAKE3's, if the blake3 package is
+installed: a digest a later format could store), the CRC-32s, and zstd -3
+of the same chunk. Checks that both paths give the same streams.
 
-    pip install numba && python benchmarks/fused_kernel.py [--repeat 50]
+    pip install numba blake3 && python benchmarks/fused_kernel.py [--repeat 50]
 """
 
 from __future__ import annotations
@@ -98,6 +99,14 @@ def compiled_kernel():
     return streams
 
 
+def blake3_digest():
+    try:
+        from blake3 import blake3
+    except ImportError:
+        return None
+    return lambda data: blake3(data).digest()
+
+
 def best_ms(fn, repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
@@ -112,13 +121,13 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=50)
     args = ap.parse_args()
-    fused = compiled_kernel()
+    fused, blake = compiled_kernel(), blake3_digest()
     coder, level3 = Zstd.entropy(), zstandard.ZstdCompressor(level=3)
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()}, one thread, ms per 1 MiB chunk"
           f" (best of {args.repeat})\n")
     print("| chunk of | numpy operators | numba fused | zstd entropy of the streams | SHA-256 | CRC-32 "
-          "| numba path in all | zstd -3 |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+          "| numba path in all | BLAKE3 | zstd -3 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, data in chunks(args.chunks):
         x = np.frombuffer(data, np.uint16)
         values, counts = np.unique((x >> 7) & 0xFF, return_counts=True)
@@ -132,10 +141,11 @@ def main() -> None:
         entropy = best_ms(lambda: [coder.encode(s, Field(8)) for s in streams], args.repeat)
         digest = best_ms(lambda: hashlib.sha256(data).digest(), args.repeat)
         crc = best_ms(lambda: [zlib.crc32(c) for c in coded], args.repeat)
+        b3 = f"{best_ms(lambda: blake(data), args.repeat):.2f}" if blake else "–"
         z3 = best_ms(lambda: level3.compress(data), args.repeat)
         compiled = f"{kernel:.2f} | {entropy:.2f} | {digest:.2f} | {crc:.2f} | {kernel + entropy + digest + crc:.2f}" \
             if fused else f"– | {entropy:.2f} | {digest:.2f} | {crc:.2f} | –"
-        print(f"| {name} | {ops:.2f} | {compiled} | {z3:.2f} |")
+        print(f"| {name} | {ops:.2f} | {compiled} | {b3} | {z3:.2f} |")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import sys
 import time
 from concurrent.futures import Executor
 from concurrent.futures.process import BrokenProcessPool
@@ -27,38 +26,10 @@ from .archive.reader import ArchiveReader
 from .archive.writer import io_failure, make_temp, remove_stale
 from .errors import BrevisError, ChecksumError, FormatError, InvalidArgument, IOFailure, OutputExists
 from .parallel import Pool, can_start_processes, chunk_processes, ordered_pairs
+from .heap import keep_freed_memory
 from .sources import collect
 
 Progress = Callable[[int], None] | None
-
-# glibc's malloc hands buffers above its (adaptive) mmap threshold back to the
-# kernel when they are freed, and trims the top of its heap once more than
-# twice that threshold is free, so the megabyte-sized temporaries of every
-# chunk were faulted in afresh: 9,700 page faults in decompressing
-# deepfilternet3 (8.6 MB), at about 5 us each on this project's machine.
-# Keeping freed memory for reuse removes most of them; peak memory is the
-# same, the process returns that memory later or at exit.
-MMAP_THRESHOLD = 32 << 20  # the most glibc accepts; a chunk decodes to at most 64 MiB
-TRIM_THRESHOLD = 128 << 20
-_malloc_tuned = False
-
-
-def keep_freed_memory() -> None:
-    """Tell glibc's malloc to keep freed buffers (once per process; no-op elsewhere)."""
-    global _malloc_tuned
-    if _malloc_tuned or not sys.platform.startswith("linux"):
-        return
-    _malloc_tuned = True
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
-        M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-        libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
-        pass
-
 
 class ChunkDecoder:
     """Decodes chunks, giving those coded against a base their base tensor.

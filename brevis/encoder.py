@@ -40,6 +40,7 @@ from .jobs import (ChunkOutput, ChunkTask, LearnTask, SharedBatch, encode_repair
                    release_batch, run_chunk, run_chunks, run_chunks_shared, run_learn)
 from .parallel import (CHUNK_BYTES, ChunkProcesses, Pool, can_start_processes, chunk_counts, chunk_processes,
                        ordered_map, ordered_pairs)
+from .heap import keep_freed_memory
 from .sources import Source, collect, read_exactly
 from .dsl.program import Program
 from .synth.planner import DEFAULT_EFFORT, Plan, Planner, SegmentInfo
@@ -262,6 +263,7 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
     `batch_bytes`.
     """
     start = time.perf_counter()
+    keep_freed_memory()
     files, dirs = collect(list(sources))
     out = Path(output).absolute()
     for s in files:
@@ -384,7 +386,8 @@ def _streams_of(result: list[ChunkOutput] | SharedBatch):
     size = max((a + n for o in result.outputs for a, n in o.spans), default=0)
     try:
         # Populated at once: one call instead of a page fault per 4 KiB as the writer copies.
-        data = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ) if size else b""
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        data = mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ) if size else b""
     finally:
         os.close(fd)
     whole = memoryview(data)

@@ -36,6 +36,7 @@ from .dsl.program import Program
 from .dsl.types import Field, tensor
 from .dtypes import lookup
 from .errors import InvalidArgument, NotApplicable
+from .heap import keep_freed_memory
 from .sources import read_exactly
 
 
@@ -260,6 +261,7 @@ def worker_init(parent: int) -> None:
             pass
     if os.getppid() != parent:  # it died while this one was starting
         os._exit(1)
+    keep_freed_memory()
     threading.Thread(target=_watch, args=(parent,), daemon=True, name="brevis-parent-watch").start()
 
 
