@@ -17,7 +17,7 @@ from concurrent.futures import Executor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -25,11 +25,12 @@ from .archive.index import DIGEST_BYTES, FileEntry
 from .archive.reader import ArchiveReader
 from .archive.writer import io_failure, make_temp, remove_stale
 from .errors import BrevisError, ChecksumError, FormatError, InvalidArgument, IOFailure, OutputExists
-from .parallel import Pool, can_start_processes, chunk_processes, ordered_pairs
+from .parallel import Pool, can_start_processes, chunk_processes, ordered_pairs, runs
 from .heap import keep_freed_memory
 from .sources import collect
 
 Progress = Callable[[int], None] | None
+
 
 class ChunkDecoder:
     """Decodes chunks, giving those coded against a base their base tensor.
@@ -103,18 +104,9 @@ class ChunkDecoder:
 BATCH_BYTES = 1 << 20
 
 
-def batches(work: list[tuple]) -> Iterator[list[tuple]]:
+def batches(work: Iterable[tuple]) -> Iterator[list[tuple]]:
     """Runs of consecutive (segment, chunk, start) of about BATCH_BYTES."""
-    batch: list[tuple] = []
-    size = 0
-    for w in work:
-        batch.append(w)
-        size += w[1].n * w[0].itemsize
-        if size >= BATCH_BYTES:
-            yield batch
-            batch, size = [], 0
-    if batch:
-        yield batch
+    return runs(work, lambda w: w[1].n * w[0].itemsize, BATCH_BYTES)
 
 
 def file_chunks(decoder: ChunkDecoder, entry: FileEntry, pool: Pool) -> Iterator[memoryview]:

@@ -39,7 +39,7 @@ from .formats import Segment, layout
 from .jobs import (ChunkOutput, ChunkTask, LearnTask, SharedBatch, encode_repairing, parse_program,  # noqa: F401
                    release_batch, run_chunk, run_chunks, run_chunks_shared, run_learn)
 from .parallel import (CHUNK_BYTES, ChunkProcesses, Pool, can_start_processes, chunk_counts, chunk_processes,
-                       ordered_map, ordered_pairs)
+                       ordered_map, ordered_pairs, runs)
 from .heap import keep_freed_memory
 from .sources import Source, collect, read_exactly
 from .dsl.program import Program
@@ -359,16 +359,7 @@ def _total_bytes(files: list[Source]) -> int:
 
 def _batches(jobs: Iterator[ChunkJob], max_bytes: int, max_jobs: int) -> Iterator[list[ChunkJob]]:
     """Consecutive chunk jobs, grouped up to max_bytes or max_jobs (at least one a batch)."""
-    batch: list[ChunkJob] = []
-    size = 0
-    for job in jobs:
-        batch.append(job)
-        size += job.n * job.planned.value_type.container.itemsize
-        if size >= max_bytes or len(batch) >= max_jobs:
-            yield batch
-            batch, size = [], 0
-    if batch:
-        yield batch
+    return runs(jobs, lambda job: job.n * job.planned.value_type.container.itemsize, max_bytes, max_jobs)
 
 
 @contextmanager

@@ -61,6 +61,21 @@ class Pool:
         return ordered_map(self.executor, fn, items, window or 2 * self.threads)
 
 
+def runs(items: Iterable[T], size: Callable[[T], int], max_bytes: int, max_items: int = 0) -> Iterator[list[T]]:
+    """Consecutive items grouped until a group holds max_bytes (by `size`)
+    or max_items (0: no limit); every group has at least one item."""
+    group: list[T] = []
+    total = 0
+    for item in items:
+        group.append(item)
+        total += size(item)
+        if total >= max_bytes or len(group) == max_items:
+            yield group
+            group, total = [], 0
+    if group:
+        yield group
+
+
 def ordered_map(executor: Executor | None, fn: Callable[[T], R], items: Iterable[T], window: int) -> Iterator[R]:
     """fn over items on the executor (inline if None), at most `window` in
     flight, results in input order. Leaving early cancels what is queued."""

@@ -27,7 +27,7 @@ import pytest
 import brevis
 from brevis import encoder, jobs
 from brevis.errors import InvalidArgument, IOFailure
-from brevis.parallel import chunk_processes
+from brevis.parallel import chunk_processes, runs
 from helpers import REPO, f16_layers, signal_and_wait, start_with_workers, write_safetensors
 
 PTH = REPO / "examples" / "taesd" / "taef2_decoder.pth"
@@ -206,3 +206,11 @@ def test_worker_error_is_one_line(big_source, tmp_path, min_bytes):
     assert r.returncode == 8, r.stderr
     assert r.stderr == f"brevis: i/o error: {src / 'gen.safetensors'} shrank while being read\n"
     assert list(out.parent.iterdir()) == []
+
+
+def test_runs_group_consecutive_items_by_bytes_and_count():
+    sizes = [3, 1, 5, 2, 2, 2, 9]
+    assert list(runs(sizes, lambda n: n, 4)) == [[3, 1], [5], [2, 2], [2, 9]]
+    assert list(runs(sizes, lambda n: n, 100, 3)) == [[3, 1, 5], [2, 2, 2], [9]]
+    assert list(runs(sizes, lambda n: n, 0, 1)) == [[n] for n in sizes]  # one item a run
+    assert list(runs([], lambda n: n, 4)) == []
