@@ -104,7 +104,7 @@ def encode_repairing(program: Program, x: np.ndarray, t: Field,
         fallback = _plain()[1]
         return fallback, [fallback.node.encode(x, t)]
     children, streams = [], []
-    for child, value, ct in zip(program.children, values, node.output_types(t)):
+    for child, value, ct in zip(program.children, values, node.child_types(t)):
         p, s = encode_repairing(child, value, ct)
         children.append(p)
         streams += s

@@ -41,7 +41,7 @@ def _encode(program: Program, x: np.ndarray, t: Field, streams: list[bytes], ref
         return
     assert isinstance(node, Operator)
     values = forward(node, x, t, reference)
-    for child, value, ct in zip(program.children, values, node.output_types(t)):
+    for child, value, ct in zip(program.children, values, node.child_types(t)):
         _encode(child, value, ct, streams)
 
 
