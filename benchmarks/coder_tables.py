@@ -6,7 +6,7 @@ Measures, per corpus item, on the streams Brevis codes (issue 3):
 
 1. Field streams. Every float tensor (BF16, F16, F32) of more than 4096
    bytes, as brevis.formats.layout cuts the files, is cut into chunks like
-   the encoder does (brevis.parallel.chunk_counts, 1 MiB, rows of the last
+   the encoder does (brevis.workers.pool.chunk_counts, 1 MiB, rows of the last
    dimension). Each chunk gives two byte streams: the exponent field (one
    byte per element) and the sign bit with the 7 high mantissa bits
    ("sign+mantissa", one byte per element). A stream kind is (dtype, field).
@@ -80,7 +80,7 @@ import brevis  # noqa: E402
 from brevis.dsl import Zstd  # noqa: E402
 from brevis.dsl.types import Field  # noqa: E402
 from brevis.formats import layout  # noqa: E402
-from brevis.parallel import CHUNK_BYTES, chunk_counts  # noqa: E402
+from brevis.workers.pool import CHUNK_BYTES, chunk_counts  # noqa: E402
 from benchmarks.entropy import entropy_bits  # noqa: E402
 from benchmarks.run import load_items, revision, threads_available  # noqa: E402
 

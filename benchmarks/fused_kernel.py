@@ -30,14 +30,14 @@ import zstandard
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.scaling import CORPUS  # noqa: E402
-from brevis import encoder  # noqa: E402
+from brevis.codec import encoder  # noqa: E402
 from brevis.dsl.coders import Zstd  # noqa: E402
 from brevis.dsl.fields import FloatFields, PackBits  # noqa: E402
 from brevis.dsl.symbols import Rank  # noqa: E402
 from brevis.dsl.types import Field, tensor  # noqa: E402
 from brevis.dtypes import lookup  # noqa: E402
-from brevis.heap import keep_freed_memory  # noqa: E402
-from brevis.sources import collect  # noqa: E402
+from brevis.workers.heap import keep_freed_memory  # noqa: E402
+from brevis.fs.sources import collect  # noqa: E402
 
 ESCAPE = 15  # ranks 0..14 are table symbols, 15 escapes
 

@@ -34,7 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import zstandard  # noqa: E402
 
 from benchmarks.scaling import CORPUS, ITEMS, files_of  # noqa: E402
-from brevis import api, encoder, jobs  # noqa: E402
+from brevis import api  # noqa: E402
+from brevis.codec import encoder  # noqa: E402
+from brevis.workers import tasks as jobs  # noqa: E402
 from brevis.archive.writer import ArchiveWriter  # noqa: E402
 from brevis.dsl.coders import Zstd  # noqa: E402
 from brevis.synth.planner import Planner  # noqa: E402

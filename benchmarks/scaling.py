@@ -32,7 +32,8 @@ REPO = Path(__file__).resolve().parent.parent
 # Runs brevis in this process and reports its peak RSS and its children's.
 LAUNCHER = """
 import json, resource, sys
-from brevis import encoder, cli
+from brevis import cli
+from brevis.codec import encoder
 mode = sys.argv.pop(1)
 if mode == "threads":  # the thread pool, as before worker processes
     encoder.PROCESS_MIN_BYTES = 1 << 62

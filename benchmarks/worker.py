@@ -28,8 +28,8 @@ def main(argv: list[str]) -> None:
         # Imported outside the timed part, like the peers' libraries: the
         # package loads its modules on first use, so load them now.
         import brevis.api  # noqa: F401  (the entry points the codec calls)
-        import brevis.decoder  # noqa: F401
-        import brevis.encoder  # noqa: F401
+        import brevis.codec.decoder  # noqa: F401
+        import brevis.codec.encoder  # noqa: F401
     threads = job["threads"]
     work = Path(job["work"])
     start = time.perf_counter()

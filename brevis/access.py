@@ -112,7 +112,7 @@ class Archive(Mapping):
     """A read-only mapping from tensor name to numpy array; see the module doc."""
 
     def __init__(self, path: str | os.PathLike, *, ml_dtypes: bool | None = None, base=None):
-        from .decoder import ChunkDecoder
+        from .codec.decoder import ChunkDecoder
 
         self.path = Path(path)
         self._ml = _ml_dtypes(ml_dtypes)
@@ -249,7 +249,7 @@ def extract(archive: str | os.PathLike, names, output: str | os.PathLike, *, for
     Tensors keep their names in the file (their keys where two chosen
     tensors share a name), in the order asked. Written to a temporary file
     beside `output` and renamed into place."""
-    from .parallel import Pool
+    from .workers.pool import Pool
 
     start = time.perf_counter()
     names = [names] if isinstance(names, str) else list(names)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from .access import Archive, extract, ls, open_archive
 from .archive.reader import ArchiveReader
-from .decoder import decompress, verify
-from .encoder import compress
+from .codec.decoder import decompress, verify
+from .codec.encoder import compress
 from .fleet import compress_many
 
 __all__ = ["compress", "compress_many", "decompress", "verify", "inspect", "explain", "learn_prior",
@@ -92,7 +92,7 @@ def explain(archive: str | os.PathLike) -> list[dict]:
 
 def learn_prior(sources, output=None, *, effort: int = 2, threads: int = 1):
     """Learn a production prior on a checkpoint (and save it to `output`)."""
-    from .encoder import learn
+    from .codec.encoder import learn
 
     prior = learn(sources, effort=effort, threads=threads)
     if output is not None:

@@ -19,8 +19,8 @@ import click
 from . import __version__, api
 from .errors import BrevisError, OutputExists
 from .synth.planner import DEFAULT_EFFORT
-from .parallel import default_threads
-from .sources import collect
+from .workers.pool import default_threads
+from .fs.sources import collect
 
 EXIT_INTERRUPTED = 130
 EXIT_INTERNAL = 70
@@ -98,7 +98,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @json_option
 def compress(sources, output, force, effort, prior, explain, base, threads, quiet, as_json):
     """Compress checkpoint folders or files into one archive."""
-    from .encoder import open_chunk_processes
+    from .codec.encoder import open_chunk_processes
 
     files, _ = collect(list(sources))
     total = sum(s.path.stat().st_size for s in files)
@@ -218,7 +218,7 @@ def prior_learn(sources, output, force, effort, threads):
 @json_option
 def decompress(archive, output, force, base, threads, quiet, as_json):
     """Rebuild every archived file, byte for byte."""
-    from .decoder import processes_for
+    from .codec.decoder import processes_for
 
     threads = threads or default_threads()
     with worker_processes(processes_for(archive, threads, base)) as workers, \
@@ -238,7 +238,7 @@ def decompress(archive, output, force, base, threads, quiet, as_json):
 @json_option
 def verify(archive, sources, base, threads, quiet, as_json):
     """Decode everything and check every checksum (exit 0 only if all match)."""
-    from .decoder import processes_for
+    from .codec.decoder import processes_for
 
     threads = threads or default_threads()
     with worker_processes(processes_for(archive, threads, base)) as workers, \

@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from .errors import BrevisError, InvalidArgument, IOFailure
-from .parallel import default_threads
-from .sources import collect
+from .workers.pool import default_threads
+from .fs.sources import collect
 from .synth.planner import DEFAULT_EFFORT
 from .synth.prior import Prior
 
@@ -84,7 +84,7 @@ def verify_task(source: str, archive: str, threads: int, base: str | None = None
 
 def learn_task(source: str, effort: int, threads: int, base: str | None = None) -> str:
     """The prior of one checkpoint, as JSON text."""
-    from .encoder import learn
+    from .codec.encoder import learn
 
     return json.dumps(learn([source], effort=effort, threads=threads, base=base).to_json())
 
@@ -98,7 +98,7 @@ def compress_task(source: str, archive: str, prior_json: str | None, effort: int
     fix (BrevisError other than I/O) come back in the result; anything
     else (I/O, memory, a bug) is raised for the engine to retry.
     """
-    from .encoder import BATCH_BYTES, compress
+    from .codec.encoder import BATCH_BYTES, compress
 
     start = time.perf_counter()
     prior = Prior.from_json(json.loads(prior_json)) if prior_json else None

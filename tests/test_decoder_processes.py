@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import brevis
-from brevis import decoder
+from brevis.codec import decoder
 from brevis.archive.reader import ArchiveReader
 from brevis.errors import ChecksumError
 from helpers import REPO, f16_layers, signal_and_wait, start_with_workers, write_safetensors

@@ -303,7 +303,7 @@ def fine_tunes(root: Path) -> tuple[Path, list[Path]]:
 def test_base_through_compress_many(engine_name, tmp_path, request):
     """compress-many --base: the archives of brevis.compress --base (with the fleet's prior), coded
     against the base, decompressing with it."""
-    from brevis.encoder import learn
+    from brevis.codec.encoder import learn
 
     base, tunes = fine_tunes(tmp_path)
     engine = request.getfixturevalue("dask_engine" if engine_name == "dask" else "pool")

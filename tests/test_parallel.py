@@ -25,9 +25,10 @@ import numpy as np
 import pytest
 
 import brevis
-from brevis import encoder, jobs
+from brevis.codec import encoder
+from brevis.workers import tasks as jobs
 from brevis.errors import InvalidArgument, IOFailure
-from brevis.parallel import chunk_processes, runs
+from brevis.workers.pool import chunk_processes, runs
 from helpers import REPO, f16_layers, signal_and_wait, start_with_workers, write_safetensors
 
 PTH = REPO / "examples" / "taesd" / "taef2_decoder.pth"
@@ -139,7 +140,8 @@ def test_task_reads_its_own_bytes(tmp_path):
 # ------------------------------------------------------------ signals, with worker processes
 RUN = """
 import sys
-from brevis import encoder, cli
+from brevis import cli
+from brevis.codec import encoder
 encoder.PROCESS_MIN_BYTES = 0  # worker processes whatever the size
 sys.argv = ["brevis", *sys.argv[1:]]
 cli.main()
@@ -181,7 +183,8 @@ def test_signal_with_worker_processes(big_source, tmp_path, sig):
 
 SHRINK = """
 import os, sys
-from brevis import encoder, cli
+from brevis import cli
+from brevis.codec import encoder
 encoder.PROCESS_MIN_BYTES = int(sys.argv.pop(1))
 learn = encoder._learn
 def shrink_then_learn(planner, scanned, *a, **k):  # the file shrinks after the scan, before encoding

@@ -325,7 +325,7 @@ def test_a_file_that_cannot_be_read(tmp_path):
 
 def test_a_read_error_midway(growing, tmp_path, monkeypatch):
     """EIO from the disk while reading a chunk: an I/O error, no archive."""
-    from brevis import encoder
+    from brevis.codec import encoder
 
     src, _ = growing
     real = encoder.os.pread

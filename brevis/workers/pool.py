@@ -167,7 +167,7 @@ class ChunkProcesses(ProcessPoolExecutor):
     death signal (PR_SET_PDEATHSIG) is tied to the thread that started it."""
 
     def __init__(self, workers: int):
-        from . import jobs
+        from . import tasks as jobs
 
         context = process_context()
         jobs.remove_stale_batches()
@@ -183,7 +183,7 @@ class ChunkProcesses(ProcessPoolExecutor):
             self.starter.start()
 
     def _start(self, workers: int) -> None:
-        from . import jobs
+        from . import tasks as jobs
 
         try:
             for _ in range(workers):  # each no-op job starts one more process

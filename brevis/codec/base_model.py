@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .archive.reader import ArchiveReader
-from .archive.format import MAGIC
-from .dtypes import DType
-from .errors import ChecksumError, InvalidArgument
-from .formats import layout
-from .sources import collect, read_exactly
+from ..archive.reader import ArchiveReader
+from ..archive.format import MAGIC
+from ..dtypes import DType
+from ..errors import ChecksumError, InvalidArgument
+from ..formats import layout
+from ..fs.sources import collect, read_exactly
 
 READ_BYTES = 1 << 20
 

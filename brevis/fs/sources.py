@@ -15,7 +15,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InvalidArgument, IOFailure
+from ..errors import InvalidArgument, IOFailure
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,13 @@ from typing import BinaryIO, Callable, Iterable, Iterator
 
 import numpy as np
 
-from .archive.index import DIGEST_BYTES, FileEntry
-from .archive.reader import ArchiveReader
-from .archive.writer import io_failure, make_temp, remove_stale
-from .errors import BrevisError, ChecksumError, FormatError, InvalidArgument, IOFailure, OutputExists
-from .parallel import Pool, can_start_processes, chunk_processes, ordered_pairs, runs
-from .heap import keep_freed_memory
-from .sources import collect
+from ..archive.index import DIGEST_BYTES, FileEntry
+from ..archive.reader import ArchiveReader
+from ..archive.writer import io_failure, make_temp, remove_stale
+from ..errors import BrevisError, ChecksumError, FormatError, InvalidArgument, IOFailure, OutputExists
+from ..workers.pool import Pool, can_start_processes, chunk_processes, ordered_pairs, runs
+from ..workers.heap import keep_freed_memory
+from ..fs.sources import collect
 
 Progress = Callable[[int], None] | None
 
@@ -49,7 +49,7 @@ class ChunkDecoder:
             return
         if base is None:
             raise InvalidArgument(f"{reader.path} was made against a base model: pass it with --base")
-        from .base import Base
+        from .base_model import Base
 
         self.base = Base.open(base)
         reader.on_close.append(self.close)  # the base's files live as long as the reader

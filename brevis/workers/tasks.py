@@ -30,14 +30,14 @@ from functools import lru_cache
 
 import numpy as np
 
-from .dsl.interpreter import forward
-from .dsl.operator import Coder
-from .dsl.program import Program
-from .dsl.types import Field, tensor
-from .dtypes import lookup
-from .errors import InvalidArgument, NotApplicable
+from ..dsl.interpreter import forward
+from ..dsl.operator import Coder
+from ..dsl.program import Program
+from ..dsl.types import Field, tensor
+from ..dtypes import lookup
+from ..errors import InvalidArgument, NotApplicable
 from .heap import keep_freed_memory
-from .sources import read_exactly
+from ..fs.sources import read_exactly
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def parse_program(text: str) -> Program:
 
 
 def _plain() -> tuple[Program, Program]:
-    from .synth.planner import FALLBACK, PLAIN
+    from ..synth.planner import FALLBACK, PLAIN
     return PLAIN, FALLBACK
 
 
@@ -163,7 +163,7 @@ def run_learn(task: LearnTask) -> tuple[str, float, int, int, bool, float | None
     program as JSON text (hashes of operators are per process, so programs
     cross as text), its estimate, nodes expanded and generated, whether a
     limit was hit, and its estimate relative to the entropy."""
-    from .synth.planner import Planner, SegmentInfo
+    from ..synth.planner import Planner, SegmentInfo
 
     info = SegmentInfo(task.name, parse_value_type(task.value_type), task.shape, task.length, task.chunks,
                        lambda off, n: _read(task.path, task.offset + off, n, task.path), task.records)

@@ -29,23 +29,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from . import __version__
-from .base import Base, BaseTensor
-from .archive.index import DIGEST_BYTES, Chunk, FileEntry, Index, SegmentEntry
-from .archive.writer import ArchiveWriter
-from .dsl.types import BYTES, Field, tensor
-from .errors import BrevisError, InvalidArgument, IOFailure
-from .formats import Segment, layout
-from .jobs import (ChunkOutput, ChunkTask, LearnTask, SharedBatch, encode_repairing, parse_program,  # noqa: F401
+from .. import __version__
+from .base_model import Base, BaseTensor
+from ..archive.index import DIGEST_BYTES, Chunk, FileEntry, Index, SegmentEntry
+from ..archive.writer import ArchiveWriter
+from ..dsl.types import BYTES, Field, tensor
+from ..errors import BrevisError, InvalidArgument, IOFailure
+from ..formats import Segment, layout
+from ..workers.tasks import (ChunkOutput, ChunkTask, LearnTask, SharedBatch, encode_repairing, parse_program,  # noqa: F401
                    release_batch, run_chunk, run_chunks, run_chunks_shared, run_learn)
-from .parallel import (CHUNK_BYTES, ChunkProcesses, Pool, can_start_processes, chunk_counts, chunk_processes,
+from ..workers.pool import (CHUNK_BYTES, ChunkProcesses, Pool, can_start_processes, chunk_counts, chunk_processes,
                        ordered_map, ordered_pairs, runs)
-from .heap import keep_freed_memory
-from .sources import Source, collect, read_exactly
-from .dsl.program import Program
-from .synth.planner import DEFAULT_EFFORT, Plan, Planner, SegmentInfo
-from .synth.search import SearchResult
-from .synth.prior import Prior
+from ..workers.heap import keep_freed_memory
+from ..fs.sources import Source, collect, read_exactly
+from ..dsl.program import Program
+from ..synth.planner import DEFAULT_EFFORT, Plan, Planner, SegmentInfo
+from ..synth.search import SearchResult
+from ..synth.prior import Prior
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""The file system: sources to archive, atomic outputs, staging and path safety."""
