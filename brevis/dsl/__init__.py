@@ -6,18 +6,18 @@ from .constant import Constant
 from .delta import Delta, Transpose, XorDelta, ZigZag
 from .fields import BitFields, FloatFields, LowZeroBits, PackBits
 from .interpreter import decode, encode
-from .operator import REGISTRY, Coder, Operator
+from .operator import REGISTRY
 from .planes import BytePlanes
 from .records import Records
 from .reference import SubBase, XorBase
 from .regions import Affine, RowDedup, Sparse
 from .symbols import Partition, Rank
 from .program import Program
-from .types import BYTES, Field, Tensor, tensor
+from .types import Field, Tensor, tensor
 
 __all__ = [
     "Affine", "Delta", "Records", "SubBase", "XorBase", "Partition", "Rank", "RowDedup", "Sparse", "Transpose", "XorDelta", "ZigZag",
-    "BYTES", "REGISTRY", "BitFields", "BytePlanes", "Coder", "Constant", "Field",
-    "FloatFields", "LowZeroBits", "Operator", "PackBits", "Program", "Raw",
+    "REGISTRY", "BitFields", "BytePlanes", "Constant", "Field",
+    "FloatFields", "LowZeroBits", "PackBits", "Program", "Raw",
     "Tensor", "Zstd", "decode", "encode", "tensor",
 ]

@@ -48,6 +48,8 @@ class Delta(_Strided):
     """y[i] = x[i] - x[i-stride] modulo 2^bits. Inverse: running sums per lane."""
 
     id = "delta"
+    keeps_order = True
+    signed_children = True
 
     def forward(self, x, t):
         s = self._config["stride"]
@@ -68,6 +70,7 @@ class XorDelta(_Strided):
     """y[i] = x[i] xor x[i-stride]. Inverse: running xor per lane."""
 
     id = "xor_delta"
+    keeps_order = True
 
     def forward(self, x, t):
         s = self._config["stride"]
@@ -89,6 +92,7 @@ class ZigZag(Operator):
     """
 
     id = "zigzag"
+    keeps_order = True
     params: dict = {}
 
     def output_types(self, t):

@@ -144,6 +144,8 @@ class BitFields(Operator):
     """
 
     id = "bit_fields"
+    keeps_order = True
+    delta_children = True
     params = {"groups": list}
 
     @classmethod
@@ -176,6 +178,9 @@ class FloatFields(BitFields):
     """
 
     id = "float_fields"
+    # Inherited from bit_fields but not declared: the search has never tried
+    # delta on sign, exponent and mantissa fields (archives depend on it).
+    delta_children = False
     params = {"grouping": str}
 
     @classmethod
@@ -208,6 +213,7 @@ class LowZeroBits(Operator):
     """
 
     id = "low_zero_bits"
+    keeps_order = True
     params = {"shift": int}
 
     @classmethod

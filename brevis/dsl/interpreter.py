@@ -28,10 +28,9 @@ def encode(program: Program, x: np.ndarray, t: Field, reference: np.ndarray | No
 
 
 def forward(node: Operator, x: np.ndarray, t: Field, reference=None) -> list[np.ndarray]:
-    """An operator's forward step, with the reference where it takes one."""
-    if getattr(node, "uses_reference", False):
-        return node.forward_ref(x, t, reference)  # type: ignore[attr-defined]
-    return node.forward(x, t)
+    """An operator's forward step, given the reference (used by an operator
+    with uses_reference, ignored by the others)."""
+    return node.forward_ref(x, t, reference)
 
 
 def _encode(program: Program, x: np.ndarray, t: Field, streams: list[bytes], reference=None) -> None:
@@ -81,6 +80,4 @@ def _decode(program: Program, t: Field, n: int, streams, cursor: list[int], refe
         decoded.append(value)
         return value
 
-    if getattr(node, "uses_reference", False):
-        return node.inverse_ref(n, t, read, reference)  # type: ignore[attr-defined]
-    return node.inverse(n, t, read)
+    return node.inverse_ref(n, t, read, reference)

@@ -77,7 +77,33 @@ class Production:
 
 
 class Operator(Production):
-    """An inner node: one value in, a list of values out."""
+    """An inner node: one value in, a list of values out.
+
+    Facts about an operator are declared here, as class attributes, and set
+    by each operator class that differs from the default. False claims
+    nothing: the operator may have the property, but no one relies on it.
+    The interpreter, the type checker and the search read them from the
+    node, never from lists of ids; tests/dsl/test_facts.py checks them.
+    """
+
+    # Coding needs the base tensor's elements at the chunk's places
+    # (`reference` in forward_ref and inverse_ref); only a root may do this.
+    uses_reference: ClassVar[bool] = False
+    # Every child holds the input's n elements in their places (child
+    # element i is made from input elements i and before), so a row length
+    # of the input still applies to the children.
+    keeps_order: ClassVar[bool] = False
+    # Search hints about the children, read by brevis/synth/proposals.py:
+    # they are the fields of fixed-size records (quants, scales).
+    splits_records: ClassVar[bool] = False
+    # ... they are integers whose neighbours may be close (bytes of a word,
+    # bit fields, ranks): delta and xor_delta are worth trying on them.
+    delta_children: ClassVar[bool] = False
+    # ... they are two's-complement differences, small of either sign:
+    # zigzag is worth trying on them.
+    signed_children: ClassVar[bool] = False
+    # ... they are frequency ranks already: ranking them again cannot pay.
+    ranked_children: ClassVar[bool] = False
 
     def output_types(self, t: Field) -> list[Field]:
         """Types of the children for input type t; ProgramError if t is not accepted."""
@@ -105,6 +131,16 @@ class Operator(Production):
     def inverse(self, n: int, t: Field, read: ReadChild) -> np.ndarray:
         """Rebuild the n elements of type t from the children."""
         raise NotImplementedError
+
+    def forward_ref(self, x: np.ndarray, t: Field, reference: np.ndarray | None) -> list[np.ndarray]:
+        """forward() given the base tensor's elements at x's places (None
+        without a base). The interpreter always calls this one; an operator
+        with uses_reference overrides it, the others ignore the reference."""
+        return self.forward(x, t)
+
+    def inverse_ref(self, n: int, t: Field, read: ReadChild, reference: np.ndarray | None) -> np.ndarray:
+        """inverse() given the base tensor's elements (as in forward_ref)."""
+        return self.inverse(n, t, read)
 
 
 class Coder(Production):

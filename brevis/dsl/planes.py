@@ -17,6 +17,8 @@ class BytePlanes(Operator):
     """
 
     id = "byte_planes"
+    keeps_order = True
+    delta_children = True
     params: dict = {}
 
     def output_types(self, t):

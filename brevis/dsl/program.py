@@ -41,7 +41,7 @@ class Program:
     @property
     def uses_reference(self) -> bool:
         """Whether decoding needs the base tensor (only a root can use it)."""
-        return bool(getattr(self.node, "uses_reference", False))
+        return isinstance(self.node, Operator) and self.node.uses_reference
 
     def leaves(self) -> list[Coder]:
         if self.is_leaf:
@@ -62,7 +62,7 @@ class Program:
             return 1
         if not isinstance(self.node, Operator):
             raise ProgramError(f"{self.node!r} is not a production")
-        if depth and getattr(self.node, "uses_reference", False):
+        if depth and self.node.uses_reference:
             raise ProgramError(f"{self.node.id} codes against a base tensor: only at the root")
         types = self.node.output_types(t)
         if len(types) != len(self.children):

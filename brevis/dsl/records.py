@@ -21,6 +21,7 @@ class Records(Operator):
     """
 
     id = "records"
+    splits_records = True
     params = {"fields": list}
 
     @classmethod

@@ -1,9 +1,10 @@
 """Coding a tensor against a reference: the same tensor in a base model.
 
 A fine-tune shares sign, exponent and high mantissa bits with its base, so
-the difference of bit patterns is mostly small. These operators take the
-reference chunk (the base tensor's elements at the same positions) from
-the interpreter; they may only stand at the root of a program.
+the difference of bit patterns is mostly small. These operators declare
+uses_reference: the interpreter passes them the reference chunk (the base
+tensor's elements at the same positions) in forward_ref and inverse_ref,
+and the type checker allows them only at the root of a program.
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from .types import Field, Tensor
 
 
 class ReferenceOperator(Operator):
+    """A tensor against its reference r: one difference child. Inverse: undo
+    the difference with the same r (a subclass says which)."""
+
     uses_reference = True
+    # The difference keeps element order too, but keeps_order stays
+    # undeclared: the search never carried a row length below a base, and
+    # declaring it would change the programs chosen (and so the archives).
     params: dict = {}
 
     def output_types(self, t):
@@ -27,6 +34,7 @@ class ReferenceOperator(Operator):
     def output_names(self, t):
         return ["difference"]
 
+    # Without a reference there is nothing to code against.
     def forward(self, x, t):
         raise ProgramError(f"{self.id} needs the reference tensor")
 
@@ -58,6 +66,7 @@ class SubBase(ReferenceOperator):
     """y = x - reference modulo 2^bits (of the bit patterns). Inverse: x = y + reference."""
 
     id = "sub_base"
+    signed_children = True
 
     def forward_ref(self, x, t, ref):
         return [x - self._check(ref, len(x), t)]

@@ -57,6 +57,8 @@ class Rank(Operator):
     """
 
     id = "rank"
+    delta_children = True
+    ranked_children = True
     params = {"symbols": list}
 
     @classmethod

@@ -52,8 +52,3 @@ def tensor(dtype: DType) -> Tensor:
     """The value type of a tensor of dtype (one per dtype: read for every
     segment and chunk when decoding)."""
     return Tensor(dtype.bits, dtype)
-
-
-def field_type(value_type: Field) -> Field:
-    """The plain field a tensor is when its dtype does not matter."""
-    return Field(value_type.bits)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..dsl import (Affine, BitFields, BytePlanes, Records, SubBase, XorBase, Constant, Delta, Field, FloatFields, LowZeroBits, PackBits,
                    Partition, Rank, Raw, RowDedup, Sparse, Tensor, Transpose, XorDelta, ZigZag, Zstd)
-from ..dsl.operator import Production
+from ..dsl.operator import Operator, Production
 
 MAX_DEPTH = 6
 SMALL_VALUE = 64  # elements per sample slice below which only coders are tried
@@ -24,8 +24,6 @@ CODERS = (Raw(), Zstd.entropy(), Zstd.at_level(3))
 BYTE_CODERS = CODERS + (Zstd.at_level(9),)
 NIBBLES = BitFields(groups=[[[4, 4]], [[0, 4]]])
 HALF_FIELDS = BitFields(groups=[[[10, 5]], [[15, 1], [0, 10]]])
-# Operators that keep every element in place, so a row length still applies.
-KEEPS_ORDER = {"float_fields", "bit_fields", "byte_planes", "low_zero_bits", "delta", "xor_delta", "zigzag"}
 
 
 @dataclass(eq=False)
@@ -35,12 +33,17 @@ class Value:
     slices: list[np.ndarray]
     t: Field
     row: int | None = None  # elements per row, while elements keep tensor order
-    parent: str = "root"
+    parent: Operator | None = None  # the operator this value is a child of; None at the root
     depth: int = 0
     opaque: bool = False  # a byte segment whose structure is unknown
     records: list | None = None  # field layout of fixed-size records, from the format
     reference: list[np.ndarray] | None = None  # the base tensor at the sample's places (root only)
     memo: dict = field(default_factory=dict)
+
+    @property
+    def parent_id(self) -> str:
+        """The parent's production id ("root" at the root): the prior's context."""
+        return "root" if self.parent is None else self.parent.id
 
     @cached_property
     def joined(self) -> np.ndarray:
@@ -106,15 +109,20 @@ def proposals(v: Value) -> list[Production]:
             out.append(Constant(value=int(x[0])))
         return out
     lengths = [len(s) for s in v.slices]
+    # What the parent operator declares about its children (see Operator).
+    records_field = v.parent is not None and v.parent.splits_records
+    try_delta = v.parent is None or v.parent.delta_children
+    signed = v.parent is not None and v.parent.signed_children
+    ranked = v.parent is not None and v.parent.ranked_children
     if v.reference is not None:
         out += [XorBase(), SubBase()]
     if v.records:
         op = Records(fields=v.records)
         if all(n % op.record_bytes == 0 for n in lengths):
             out.append(op)
-    if v.parent == "records" and t.bits == 8:
+    if records_field and t.bits == 8:
         out.append(NIBBLES)  # packed 4-bit quants: high and low nibbles apart
-    if v.parent == "records" and t.bits == 16:
+    if records_field and t.bits == 16:
         out.append(HALF_FIELDS)  # f16 scales: exponent, sign+mantissa
     if isinstance(t, Tensor) and t.dtype.is_float and t.bits > 8:
         out += [FloatFields(grouping="e|sm"), FloatFields(grouping="s|e|m")]
@@ -131,7 +139,7 @@ def proposals(v: Value) -> list[Production]:
         if 0 < zeros < t.bits:
             out.append(LowZeroBits(shift=zeros))
     integer_like = not (isinstance(t, Tensor) and t.dtype.is_float) and not v.opaque
-    if integer_like and t.bits >= 8 and v.parent in ("root", "byte_planes", "bit_fields", "rank"):
+    if integer_like and t.bits >= 8 and try_delta:
         out += [Delta(stride=1), XorDelta(stride=1)]
         if v.row and v.row > 1 and all(n % v.row == 0 for n in lengths):
             out += [Delta(stride=v.row), XorDelta(stride=v.row)]
@@ -140,7 +148,7 @@ def proposals(v: Value) -> list[Production]:
             step = int(first[1]) - int(first[0])
             if np.all(np.diff(first) == first.dtype.type(step % (1 << (8 * first.itemsize)))):
                 out.append(Affine(step=step % (1 << t.bits)))
-    if v.parent in ("delta", "sub_base") and t.bits in (8, 16, 32, 64):
+    if signed and t.bits in (8, 16, 32, 64):
         out.append(ZigZag())
     if v.depth == 0 and v.row and 1 < v.row < len(x) and all(n % v.row == 0 for n in lengths):
         out.append(Transpose(cols=v.row))
@@ -158,7 +166,7 @@ def proposals(v: Value) -> list[Production]:
             order = np.argsort(-counts, kind="stable")[:255]
             if counts[order].sum() >= 0.95 * len(seen):
                 out.append(Rank(symbols=[int(values[i]) for i in order]))
-        if 4 < t.bits <= 8 and len(values) > 2 and not v.opaque and v.parent != "rank":
+        if 4 < t.bits <= 8 and len(values) > 2 and not v.opaque and not ranked:
             # Ranks of a small alphabet in 4 bits, packed two to a byte: the
             # entropy coder then codes pairs, which wastes less than coding
             # single skewed symbols (exponents: about 0.04 bits per value).
@@ -170,5 +178,6 @@ def proposals(v: Value) -> list[Production]:
     return out
 
 
-def child_row(op: Production, v: Value) -> int | None:
-    return v.row if op.id in KEEPS_ORDER else None
+def child_row(op: Operator, v: Value) -> int | None:
+    """The row length of op's children: v's, where op keeps element order."""
+    return v.row if op.keeps_order else None

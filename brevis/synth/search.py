@@ -89,7 +89,7 @@ class Search:
                 v.memo[key] = None
             else:
                 row = child_row(op, v)
-                v.memo[key] = [Value([parts[j] for parts in per_slice], ct, row, op.id, v.depth + 1)
+                v.memo[key] = [Value([parts[j] for parts in per_slice], ct, row, op, v.depth + 1)
                                for j, ct in enumerate(types)]
         return v.memo[key]
 
@@ -99,7 +99,7 @@ class Search:
     def options(self, v: Value) -> list[tuple[Production, float]]:
         """Proposals for v with their description cost in bytes, pruned by the prior."""
         props = proposals(v)
-        ctx = Prior.context(v.parent, v.t, self.role)
+        ctx = Prior.context(v.parent_id, v.t, self.role)
         ids = sorted({p.id for p in props})
         probs = self.prior.probabilities(ctx, ids)
         share = {i: sum(1 for p in props if p.id == i) for i in ids}

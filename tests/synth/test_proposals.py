@@ -1,0 +1,80 @@
+"""The search reads what a parent operator declares about its children
+(Operator.splits_records, delta_children, signed_children, ranked_children,
+keeps_order), not lists of production ids."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from brevis.dsl import REGISTRY, Delta, Rank, XorDelta, ZigZag
+from brevis.dsl.operator import Operator
+from brevis.dsl.types import Field
+from brevis.synth.proposals import HALF_FIELDS, NIBBLES, Value, child_row, proposals
+
+HINTS = ("splits_records", "delta_children", "signed_children", "ranked_children", "keeps_order")
+
+
+def parent(**facts) -> Operator:
+    """An unregistered operator declaring only `facts`."""
+    return type("Parent", (Operator,), {"id": "parent", **facts})()
+
+
+def child(x: np.ndarray, bits: int, up: Operator | None, row: int | None = None) -> Value:
+    return Value([x], Field(bits), row, up, 0 if up is None else 1)
+
+
+RNG = np.random.default_rng(3)
+WORDS = RNG.integers(0, 1 << 16, 4096).astype(np.uint16)
+SMALL_ALPHABET = RNG.choice(np.array([1, 7, 9, 200, 33], np.uint8), 4096, p=[0.5, 0.2, 0.15, 0.1, 0.05])
+
+
+def ids(v: Value) -> list[str]:
+    return [p.id for p in proposals(v)]
+
+
+def test_no_parent_declares_nothing():
+    for hint in HINTS:
+        assert getattr(Operator, hint) is False
+
+
+def test_delta_children():
+    assert "delta" in ids(child(WORDS, 16, None))  # the root: always
+    assert "delta" in ids(child(WORDS, 16, parent(delta_children=True)))
+    assert "delta" not in ids(child(WORDS, 16, parent()))
+    props = proposals(child(WORDS, 16, parent(delta_children=True)))
+    assert Delta(stride=1) in props and XorDelta(stride=1) in props
+
+
+def test_signed_children():
+    assert ZigZag() in proposals(child(WORDS, 16, parent(signed_children=True)))
+    assert ZigZag() not in proposals(child(WORDS, 16, parent()))
+
+
+def test_splits_records():
+    assert NIBBLES in proposals(child(SMALL_ALPHABET, 8, parent(splits_records=True)))
+    assert HALF_FIELDS in proposals(child(WORDS, 16, parent(splits_records=True)))
+    assert NIBBLES not in proposals(child(SMALL_ALPHABET, 8, parent()))
+
+
+def test_ranked_children():
+    def ranks(up):
+        return [p for p in proposals(child(SMALL_ALPHABET, 8, up)) if isinstance(p, Rank)]
+
+    assert ranks(parent())  # a small alphabet: ranked in 4 bits
+    assert not ranks(parent(ranked_children=True))
+
+
+def test_keeps_order_carries_the_row():
+    v = child(WORDS, 16, None, row=64)
+    assert child_row(parent(keeps_order=True), v) == 64
+    assert child_row(parent(), v) is None
+
+
+@pytest.mark.parametrize("prod", sorted(i for i, c in REGISTRY.items() if issubclass(c, Operator)))
+def test_value_context_is_the_parent_id(prod):
+    """The prior's context names the parent by its production id, as learned priors store it."""
+    cls = REGISTRY[prod]
+    up = object.__new__(cls)  # the id is a class attribute: no configuration needed
+    assert child(WORDS, 16, up).parent_id == prod
+    assert child(WORDS, 16, None).parent_id == "root"
