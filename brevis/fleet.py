@@ -34,7 +34,6 @@ model (compress --base), which must be at the same path on every worker.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import sys
 import time
@@ -46,6 +45,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from .errors import BrevisError, InvalidArgument, IOFailure
+from .workers import Workers, open_workers
 from .workers.pool import default_threads
 from .fs.sources import collect
 from .synth.planner import DEFAULT_EFFORT
@@ -246,20 +246,28 @@ class ProcessEngine(Engine):
     """A local process pool with Dask's semantics: a failed task (an exception
     or a dead worker) is run again, up to `retries` more times. A dead worker
     breaks a ProcessPoolExecutor (every task in flight fails), so the pool is
-    replaced and the tasks in flight are submitted again."""
+    replaced and the tasks in flight are submitted again.
+
+    The pool is open_workers' (fork where no other thread runs yet, else
+    spawn, from a thread of its own; workers die with this process), even
+    of one worker. Unlike chunk workers they keep SIGINT: Ctrl-C stops the
+    checkpoints they are compressing instead of waiting for them."""
 
     name = "processes"
 
     def __init__(self, workers: int | None = None, retries: int = DEFAULT_RETRIES):
         self.size = workers or default_threads()
         self.retries = retries
-        method = "forkserver" if sys.platform.startswith("linux") else "spawn"
-        self.context = multiprocessing.get_context(method)
         self.generation = 0
+        self.pool: Workers | None = None
         self.executor = self._new_pool()
 
     def _new_pool(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(self.size, mp_context=self.context)
+        self.pool = open_workers(self.size, processes=True, min_workers=1, ignore_interrupts=False)
+        if self.pool.executor is None:
+            raise InvalidArgument("cannot start worker processes here (in a daemonic process, or spawned from "
+                                  "a script without `if __name__ == \"__main__\":`): use the dask engine")
+        return self.pool.executor
 
     @property
     def workers(self) -> int:
@@ -303,7 +311,8 @@ class ProcessEngine(Engine):
                 f.cancel()
 
     def close(self) -> None:
-        self.executor.shutdown(wait=True, cancel_futures=True)
+        if self.pool is not None:
+            self.pool.shutdown()
 
 
 def open_engine(engine: str = "auto", workers: int | None = None, scheduler: str | None = None,

@@ -1,4 +1,4 @@
-"""Decompression in worker processes (decoder.py: DecodeTask, run_decode).
+"""Decompression in worker processes (codec/chunks.py: DecodeJob, run_jobs).
 
 What must hold: the files are the same whether chunks are decoded inline,
 on threads or in worker processes that write them in place, with jobs of
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import brevis
-from brevis.codec import decoder
+from brevis.codec import chunks
 from brevis.archive.reader import ArchiveReader
 from brevis.errors import ChecksumError
 from helpers import REPO, f16_layers, signal_and_wait, start_with_workers, write_safetensors
@@ -56,10 +56,10 @@ def archive(tmp_path_factory) -> tuple[Path, Path]:
     return src, out
 
 
-@pytest.mark.parametrize("task_bytes", [1, 1 << 20, decoder.TASK_BYTES])
+@pytest.mark.parametrize("task_bytes", [1, 1 << 20, chunks.PROCESS_JOB_BYTES])
 def test_same_files_in_worker_processes(archive, tmp_path, monkeypatch, task_bytes):
     src, arc = archive
-    monkeypatch.setattr(decoder, "TASK_BYTES", task_bytes)
+    monkeypatch.setattr(chunks, "PROCESS_JOB_BYTES", task_bytes)
     brevis.decompress(arc, tmp_path / "procs", threads=2, processes=True)
     brevis.decompress(arc, tmp_path / "inline", threads=1)
     assert tree(tmp_path / "procs") == tree(tmp_path / "inline") == tree(src)
@@ -68,7 +68,8 @@ def test_same_files_in_worker_processes(archive, tmp_path, monkeypatch, task_byt
 def test_tasks_cover_every_chunk_once(archive, tmp_path):
     _, arc = archive
     with ArchiveReader(arc) as reader:
-        tasks = list(decoder.decode_tasks(arc, reader, tmp_path, tmp_path))
+        sink = chunks.CheckOnly()
+        tasks = list(chunks.decode_jobs(reader.index, lambda i: sink, chunks.PROCESS_JOB_BYTES))
         index = reader.index
         wanted = [(i, s, c) for i, f in enumerate(index.files) for s, seg in enumerate(f.segments)
                   for c in range(len(seg.chunks))]
@@ -79,6 +80,7 @@ def test_tasks_cover_every_chunk_once(archive, tmp_path):
             before = sum(ch.n * seg.itemsize for s, seg in enumerate(f.segments)
                          for c, ch in enumerate(seg.chunks) if (s, c) < (s0, c0))
             assert t.offset == before
+            assert t.start == sum(ch.n * f.segments[s0].itemsize for ch in f.segments[s0].chunks[:c0])
 
 
 def test_damage_found_in_a_worker_leaves_nothing(archive, tmp_path):
@@ -96,13 +98,15 @@ def test_damage_found_in_a_worker_leaves_nothing(archive, tmp_path):
 
 
 def test_small_archives_and_bases_decode_on_threads(archive):
-    _, arc = archive
-    assert decoder.open_decode_processes(2, decoder.PROCESS_MIN_BYTES - 1) is None
-    assert decoder.open_decode_processes(1, decoder.PROCESS_MIN_BYTES) is None
-    assert decoder.open_decode_processes(2, decoder.PROCESS_MIN_BYTES, base=str(arc)) is None
-    workers = decoder.open_decode_processes(2, decoder.PROCESS_MIN_BYTES)
-    assert workers is not None
-    workers.shutdown()
+    from types import SimpleNamespace as Index
+
+    plain, based = Index(original_bytes=chunks.PROCESS_MIN_BYTES, base=None), Index(original_bytes=1 << 40, base={})
+    assert chunks.decode_workers(Index(original_bytes=chunks.PROCESS_MIN_BYTES - 1, base=None), 2).executor is None
+    assert chunks.decode_workers(plain, 1).executor is None
+    assert chunks.decode_workers(based, 2).executor is None
+    assert chunks.decode_workers(based, 2, processes=True).executor is None
+    with chunks.decode_workers(plain, 2) as workers:
+        assert workers is not None
 
 
 def test_base_archive_with_processes_requested(tmp_path):
@@ -148,7 +152,7 @@ def test_signal_while_decoding_in_worker_processes(big_archive, tmp_path, sig):
 
 def test_verify_in_worker_processes_reports_like_threads(archive, tmp_path, monkeypatch):
     src, arc = archive
-    monkeypatch.setattr(decoder, "TASK_BYTES", 1 << 20)
+    monkeypatch.setattr(chunks, "PROCESS_JOB_BYTES", 1 << 20)
     clean = brevis.verify(arc, [src], threads=2, processes=True)
     assert clean["ok"] and clean["problems"] == []
     # Damage every kind of way: a stream, a changed source file, a longer

@@ -1,4 +1,4 @@
-"""Chunk jobs in worker processes (brevis/jobs.py, parallel.py, encoder.py).
+"""Chunk jobs in worker processes (workers/tasks.py, processes.py, shared.py, codec/encoder.py).
 
 What must hold: the archive is the same byte for byte whether chunks are
 encoded inline, on threads, on worker processes or on a caller's executor,
@@ -28,7 +28,9 @@ import brevis
 from brevis.codec import encoder
 from brevis.workers import tasks as jobs
 from brevis.errors import InvalidArgument, IOFailure
-from brevis.workers.pool import chunk_processes, runs
+from brevis.workers import shared
+from brevis.workers.pool import runs
+from brevis.workers.processes import chunk_processes
 from helpers import REPO, f16_layers, signal_and_wait, start_with_workers, write_safetensors
 
 PTH = REPO / "examples" / "taesd" / "taef2_decoder.pth"
@@ -169,9 +171,9 @@ def test_signal_with_worker_processes(big_source, tmp_path, sig):
     if sig == "KILL":
         assert p.returncode == -signal.SIGKILL
         # Batches in flight may be left in /dev/shm; the next run removes them.
-        jobs.remove_stale_batches()
-        prefix = os.path.basename(jobs.shm_prefix(p.pid))
-        assert not [n for n in os.listdir(jobs.SHM_DIR) if n.startswith(prefix)]
+        shared.remove_stale_batches()
+        prefix = os.path.basename(shared.shm_prefix(p.pid))
+        assert not [n for n in os.listdir(shared.SHM_DIR) if n.startswith(prefix)]
         return
     assert p.returncode == 130, (p.returncode, err)
     assert err.strip() == "brevis: interrupted", err  # no tracebacks from the workers

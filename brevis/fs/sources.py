@@ -24,25 +24,45 @@ class Source:
     path: Path  # where it is on disk
 
 
+def read_up_to(fd: int, offset: int, length: int) -> bytes:
+    """Up to `length` bytes of an open file at `offset`: fewer only at the
+    end of the file. OSError as the system raises it. The one pread loop:
+    one call in the usual case, and no copy then."""
+    first = os.pread(fd, length, offset)
+    if len(first) == length or not first:
+        return first
+    data = bytearray(first)
+    while len(data) < length:
+        more = os.pread(fd, length - len(data), offset + len(data))
+        if not more:
+            break
+        data += more
+    return bytes(data)
+
+
 def read_exactly(fd: int, path, offset: int, length: int) -> bytes:
     """`length` bytes of an open source file at `offset`; IOFailure if the
     disk refuses or the file has shrunk since it was measured."""
     try:
-        first = os.pread(fd, length, offset)
+        data = read_up_to(fd, offset, length)
     except OSError as e:
         raise IOFailure(f"cannot read {path}: {e.strerror}") from None
-    if len(first) == length:  # the usual case: no copy
-        return first
-    data = bytearray(first)
-    while len(data) < length:
-        try:
-            more = os.pread(fd, length - len(data), offset + len(data))
-        except OSError as e:
-            raise IOFailure(f"cannot read {path}: {e.strerror}") from None
-        if not more:
-            raise IOFailure(f"{path} shrank while being read")
-        data += more
-    return bytes(data)
+    if len(data) < length:
+        raise IOFailure(f"{path} shrank while being read")
+    return data
+
+
+def read_at(path: str | os.PathLike, offset: int, length: int, what: str) -> bytes:
+    """read_exactly from a file named by path (a worker's job names its
+    bytes so); InvalidArgument if it cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise InvalidArgument(f"cannot read {what}: {e.strerror}") from None
+    try:
+        return read_exactly(fd, what, offset, length)
+    finally:
+        os.close(fd)
 
 
 def _walk(root: Path, prefix: str) -> tuple[list[Source], list[str]]:

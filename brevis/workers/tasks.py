@@ -11,8 +11,8 @@ applies the raw guard and returns the key, the program that ran (None when
 it is the task's own), the streams and their CRC-32s. Deduplication is the
 writer's business: a worker always encodes.
 
-Workers ignore SIGINT (the main process alone reacts to Ctrl-C and shuts
-the pool down) and, on Linux, die with the process that started them.
+Batches whose streams come back through shared memory are in shared.py;
+the worker processes themselves (start, signals, death) in processes.py.
 """
 
 from __future__ import annotations
@@ -20,10 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
-import sys
-import threading
-import time
 import zlib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -35,9 +31,11 @@ from ..dsl.operator import Coder
 from ..dsl.program import Program
 from ..dsl.types import Field, tensor
 from ..dtypes import lookup
-from ..errors import InvalidArgument, NotApplicable
-from .heap import keep_freed_memory
-from ..fs.sources import read_exactly
+from ..errors import NotApplicable
+from ..fs.sources import read_at
+# Where they were before shared.py and processes.py: the encoder and older callers import them from here.
+from .processes import warm_up, worker_init  # noqa: F401
+from .shared import SHM_DIR, SharedBatch, release_batch, remove_stale_batches, shm_prefix, write_batch  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -60,14 +58,6 @@ class ChunkOutput:
     crcs: list[int]  # CRC-32 of each stream
     pid: int  # the process that encoded it
     spans: list[tuple[int, int]] | None = None  # (offset, length) of each stream in the batch's shared memory
-
-
-@dataclass
-class SharedBatch:
-    """A batch's outputs, their streams in one file in shared memory that
-    the receiver maps, unlinks and reads in place."""
-    name: str  # the file's path
-    outputs: list[ChunkOutput]
 
 
 @lru_cache(maxsize=64)
@@ -112,14 +102,7 @@ def encode_repairing(program: Program, x: np.ndarray, t: Field,
 
 
 def _read(path: str, offset: int, length: int, what: str) -> bytes:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as e:
-        raise InvalidArgument(f"cannot read {what}: {e.strerror}") from None
-    try:
-        return read_exactly(fd, what, offset, length)
-    finally:
-        os.close(fd)
+    return read_at(path, offset, length, what)  # one name for benchmarks/phases.py to wrap
 
 
 def run_chunk(task: ChunkTask) -> ChunkOutput:
@@ -177,101 +160,8 @@ def run_chunks(tasks: list[ChunkTask]) -> list[ChunkOutput]:
     return [run_chunk(t) for t in tasks]
 
 
-SHM_DIR = "/dev/shm"
-
-
-def shm_prefix(owner: int) -> str:
-    return os.path.join(SHM_DIR, f".brevis-{owner}-")
-
-
 def run_chunks_shared(tasks: list[ChunkTask], owner: int) -> SharedBatch:
-    """A batch whose streams go back through a file in shared memory
-    (/dev/shm), for workers on this machine: only the small outputs cross
-    the pipe. Measured: sending the streams themselves through the result
-    pipe cost more than the second worker saved. The receiver unlinks the
-    file (see read_batch, release_batch); `owner` (the receiver's pid) in
-    its name lets a later run remove what a killed one left."""
-    import uuid
-
-    outputs = run_chunks(tasks)
-    path = f"{shm_prefix(owner)}{uuid.uuid4().hex}"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        pos = 0
-        for o in outputs:
-            o.spans = []
-            for x in o.streams:
-                view = memoryview(x)
-                while view:
-                    view = view[os.write(fd, view):]
-                o.spans.append((pos, len(x)))
-                pos += len(x)
-            o.streams = None
-    except BaseException:
-        os.unlink(path)
-        raise
-    finally:
-        os.close(fd)
-    return SharedBatch(path, outputs)
-
-
-def release_batch(result) -> None:
-    """Remove the shared file of a batch nobody will read (interrupted runs)."""
-    if isinstance(result, SharedBatch):
-        try:
-            os.unlink(result.name)
-        except FileNotFoundError:
-            pass
-
-
-def remove_stale_batches() -> None:
-    """Shared files of runs whose process is gone (killed before it could remove them)."""
-    try:
-        names = os.listdir(SHM_DIR)
-    except OSError:
-        return
-    for name in names:
-        parts = name.split("-")
-        if len(parts) == 3 and parts[0] == ".brevis" and parts[1].isdigit():
-            try:
-                os.kill(int(parts[1]), 0)
-            except ProcessLookupError:
-                try:
-                    os.unlink(os.path.join(SHM_DIR, name))
-                except OSError:
-                    pass
-            except PermissionError:
-                pass
-
-
-# ------------------------------------------------------------ worker processes
-def worker_init(parent: int) -> None:
-    """Initializer of chunk worker processes (children of `parent`): Ctrl-C
-    is the main process's to handle, and a worker never outlives it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the CLI's handler
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            PR_SET_PDEATHSIG = 1
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # when the thread that started it ends (parallel.py)
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent:  # it died while this one was starting
-        os._exit(1)
-    keep_freed_memory()
-    threading.Thread(target=_watch, args=(parent,), daemon=True, name="brevis-parent-watch").start()
-
-
-def _watch(parent: int) -> None:
-    """Exit once the parent is gone (reparented: dead, even if not yet reaped)."""
-    while os.getppid() == parent:
-        time.sleep(0.2)
-    os._exit(1)
-
-
-def warm_up() -> int:
-    """A no-op job: starts a worker before the first chunk needs it."""
-    return os.getpid()
+    """A batch whose streams go back through a file in shared memory, for
+    workers on this machine: only the small outputs cross the pipe (see
+    shared.py; `owner` is the receiver's pid)."""
+    return write_batch(run_chunks(tasks), owner)

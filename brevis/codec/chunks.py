@@ -1,0 +1,368 @@
+"""Decoding the chunks of an archive: one job type, three sinks, one runner.
+
+- A `DecodeJob` is a run of consecutive chunks of one file, with the
+  file's `Sink`: where the decoded bytes go.
+- Sinks: `WriteInPlace` (decompress: into the staged file, created at its
+  full size, so jobs need no order among themselves), `CompareWith`
+  (verify against the source file) and `CheckOnly` (verify: checksums
+  alone). A writer stops at the first damaged chunk (it raises); the
+  others report every problem and go on.
+- `run_jobs` runs the jobs on any executor, inline, on a thread pool or in
+  worker processes, and yields their results in order; `executing` is the
+  one place that chooses which.
+
+A job is self-contained: a worker process opens the archive by path, so
+no decoded byte travels between processes.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import Executor
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from ..archive.index import DIGEST_BYTES, FileEntry
+from ..archive.reader import ArchiveReader
+from ..archive.writer import io_failure
+from ..errors import BrevisError, ChecksumError, FormatError, InvalidArgument
+from ..fs.sources import read_up_to
+from ..workers import Workers, open_workers
+from ..workers.heap import keep_freed_memory
+from ..workers.pool import Pool, ordered_pairs
+
+Progress = Callable[[int], None] | None
+
+
+class ChunkDecoder:
+    """Decodes chunks, giving those coded against a base their base tensor.
+
+    Opening checks that the base is the one the archive was made with: every
+    base tensor it used must be present, of the same dtype and shape, with
+    the recorded SHA-256.
+    """
+
+    def __init__(self, reader: ArchiveReader, base=None):
+        self.reader = reader
+        self.base = None
+        self.tensors: dict[int, object] = {}
+        index = reader.index
+        if index.base is None:
+            return
+        if base is None:
+            raise InvalidArgument(f"{reader.path} was made against a base model: pass it with --base")
+        from .base_model import Base
+
+        self.base = Base.open(base)
+        reader.on_close.append(self.close)  # the base's files live as long as the reader
+        try:
+            for f in index.files:
+                for seg in f.segments:
+                    if seg.base:
+                        self.tensors[id(seg)] = self._resolve(f.path, seg)
+        except BaseException:
+            self.base.close()
+            raise
+
+    def _resolve(self, path: str, seg):
+        ref = seg.base
+        t = self.base.exact(ref["file"], ref["name"]) or self.base.match(ref["file"], ref["name"], seg.dtype, seg.shape)
+        if t is None or t.dtype != seg.dtype or tuple(t.shape) != tuple(seg.shape):
+            raise InvalidArgument(f"the base has no tensor {ref['name']!r} of {seg.dtype.name}{list(seg.shape)} "
+                                  f"(needed by {path}); is it the right base?")
+        if t.digest()[:DIGEST_BYTES].hex() != ref["sha256"]:
+            raise ChecksumError(f"base tensor {ref['name']!r} differs from the one {path} was coded against: wrong base")
+        return t
+
+    def decode(self, seg, chunk, start: int):
+        """The original bytes (uint8) of one chunk starting `start` bytes into its segment."""
+        reference = None
+        if seg.programs[chunk.program].uses_reference:
+            t = self.tensors[id(seg)]
+            ref = t.read(start, chunk.n * seg.itemsize)
+            reference = np.frombuffer(ref, dtype=seg.value_type.container)
+        return self.reader.decode_chunk(seg, chunk, reference)
+
+    def work(self, entry: FileEntry) -> list[tuple]:
+        """(segment, chunk, byte offset in the segment) for every chunk of a file."""
+        return [w for seg in entry.segments for w in self.work_segment(seg)]
+
+    @staticmethod
+    def work_segment(seg) -> list[tuple]:
+        out, start = [], 0
+        for chunk in seg.chunks:
+            out.append((seg, chunk, start))
+            start += chunk.n * seg.itemsize
+        return out
+
+    def close(self) -> None:
+        if self.base is not None:
+            self.base.close()
+
+
+# ------------------------------------------------------------ threads or processes
+# Archives of fewer original bytes are decoded on the thread pool: starting
+# worker processes costs more than it saves (the same bound as compress).
+PROCESS_MIN_BYTES = 32 << 20
+# Below PROCESS_MIN_BYTES a thread pool pays only where chunks are large:
+# numpy and zstd then work without the GIL, while on many small chunks the
+# threads queue for it. Measured, 2 threads against one, MB/s: voicefilter
+# (276 KB a chunk) 599 vs 411, minilm-int8 (78 KB) 358 vs 218, resemblyzer
+# (251 KB) 247 vs 221, deepfilternet3 (67 KB) 133 vs 125; but ppocr (35 KB)
+# 171 vs 197, pocketnet (22 KB) 102 vs 123, taesd (17 KB) 122 vs 149.
+POOL_CHUNK_BYTES = 64 << 10
+# A job for the thread pool decodes whole chunks of one file, in order, until
+# it holds at least this many original bytes: most chunks of a checkpoint are
+# small tensors, and a job of one of them costs more in thread switches than
+# it decodes.
+THREAD_JOB_BYTES = 1 << 20
+# A job for a worker process decodes about this many original bytes of one
+# file (whole chunks, in order) and writes them in place itself, so no
+# decoded byte travels between processes.
+PROCESS_JOB_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class Executing:
+    """How an archive's jobs run: in worker `processes`, or (None) on
+    `threads` threads of this process (inline for one). Jobs in flight:
+    two per thread or process."""
+    processes: Executor | None
+    threads: int
+
+
+def decode_workers(index, threads: int, processes: bool | None = None) -> Workers:
+    """Worker processes to decode or verify an archive (with this index), or
+    none: with threads > 1, for PROCESS_MIN_BYTES of original bytes or more,
+    or any with processes=True. An archive coded against a base decodes on
+    threads: every worker would have to open and check the base again."""
+    return open_workers(threads, index.original_bytes, PROCESS_MIN_BYTES, processes if index.base is None else False)
+
+
+def _threads_for(threads: int, index, processes: bool | None) -> int:
+    """Threads for an archive decoded without worker processes: below
+    PROCESS_MIN_BYTES, one unless its chunks average POOL_CHUNK_BYTES or
+    more, or processes=False asks for the pool."""
+    total = index.original_bytes
+    if processes is not None or total >= PROCESS_MIN_BYTES:
+        return threads
+    chunks = sum(len(s.chunks) for f in index.files for s in f.segments)
+    return threads if chunks and total >= POOL_CHUNK_BYTES * chunks else 1
+
+
+@contextmanager
+def executing(index, threads: int, processes: bool | None = None,
+              executor: Executor | None = None) -> Iterator[Executing]:
+    """The one place choosing between threads and worker processes.
+
+    `executor`: worker processes the caller opened (processes_for) and
+    shuts down, used unless the archive is coded against a base. Else
+    decode_workers decides, and the processes it opens are shut down on
+    the way out (queued jobs dropped: Ctrl-C, errors); without them, small
+    archives of small chunks run on one thread (_threads_for)."""
+    if executor is not None:
+        yield Executing(executor if index.base is None else None, threads)
+        return
+    with decode_workers(index, threads, processes) as workers:
+        yield Executing(workers, threads if workers is not None else _threads_for(threads, index, processes))
+
+
+def processes_for(archive, threads: int, base=None, processes: bool | None = None) -> Workers:
+    """Worker processes to decode or verify this archive (decode_workers),
+    opened ahead of any thread of the caller's (a progress bar) so that
+    they can start by fork; none if they would not pay or the archive
+    cannot be read (the call that follows says why). A context manager
+    (Workers) that gives the executor, or None. `base` is not needed: the
+    archive's index says whether it was coded against one."""
+    try:
+        with ArchiveReader(Path(archive)) as reader:
+            index = reader.index
+    except BrevisError:
+        return Workers(None)
+    return decode_workers(index, threads, processes)
+
+
+# ------------------------------------------------------------ sinks
+class Unreadable(Exception):
+    """A sink's file could not be opened in the job: one problem for the job."""
+
+
+@dataclass(frozen=True)
+class WriteInPlace:
+    """Decompress: the decoded bytes go into the staged file `path` (created
+    at its full size) at their offset; damage raises. `shown`: the output
+    path, for messages."""
+    path: str
+    shown: str
+    keeps_going = False
+
+    def open(self) -> int:
+        try:
+            return os.open(self.path, os.O_WRONLY)
+        except OSError as e:
+            raise io_failure(e, f"cannot write {self.shown}") from None
+
+    def put(self, fd: int, data, offset: int) -> str | None:
+        view = memoryview(data)
+        while view:
+            try:
+                written = os.pwrite(fd, view, offset)
+            except OSError as e:
+                raise io_failure(e, f"cannot write {self.shown}") from None
+            view, offset = view[written:], offset + written
+        return None
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class CompareWith:
+    """Verify against a source file (by path): the bytes at the same offset
+    must be the decoded ones."""
+    path: str
+    keeps_going = True
+
+    def open(self) -> int:
+        try:
+            return os.open(self.path, os.O_RDONLY)
+        except OSError as e:
+            raise Unreadable(f"cannot read source: {e.strerror}") from None
+
+    def put(self, fd: int, data, offset: int) -> str | None:
+        if read_up_to(fd, offset, len(data)) != memoryview(data):
+            return "decoded bytes differ from the source"
+        return None
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class CheckOnly:
+    """Verify without a source: decoding checks every checksum."""
+    keeps_going = True
+
+    def open(self) -> None:
+        return None
+
+    def put(self, handle, data, offset: int) -> str | None:
+        return None
+
+    def close(self, handle) -> None:
+        pass
+
+
+Sink = WriteInPlace | CompareWith | CheckOnly
+
+
+# ------------------------------------------------------------ jobs
+@dataclass(frozen=True)
+class DecodeJob:
+    file: int  # index of the file entry
+    chunks: tuple[tuple[int, int], ...]  # (segment, chunk) pairs, consecutive in the file
+    offset: int  # where the first chunk's bytes go in the file
+    start: int  # ... and in its segment (for chunks coded against a base)
+    sink: Sink
+
+
+def decode_jobs(index, sink_of: Callable[[int], Sink], job_bytes: int) -> Iterator[DecodeJob]:
+    """Jobs of whole chunks of about job_bytes (at least one chunk) covering
+    every chunk of every file, in order; file i's bytes go to sink_of(i)."""
+    for i, entry in enumerate(index.files):
+        sink = None
+        run: list[tuple[int, int]] = []
+        offset = first = first_start = 0
+        for s, seg in enumerate(entry.segments):
+            start = 0
+            for c, chunk in enumerate(seg.chunks):
+                if not run:
+                    first, first_start = offset, start
+                run.append((s, c))
+                length = chunk.n * seg.itemsize
+                offset += length
+                start += length
+                if offset - first >= job_bytes:
+                    sink = sink or sink_of(i)
+                    yield DecodeJob(i, tuple(run), first, first_start, sink)
+                    run = []
+        if run:
+            yield DecodeJob(i, tuple(run), first, first_start, sink or sink_of(i))
+
+
+def run_job(decoder: ChunkDecoder, job: DecodeJob) -> tuple[int, list[tuple[str | None, str]]]:
+    """Decode a job's chunks into its sink (in any thread or process);
+    return the bytes done and the (segment name, problem) pairs found, in
+    order. A writer's sink raises at the first damaged chunk."""
+    sink = job.sink
+    try:
+        handle = sink.open()
+    except Unreadable as e:
+        return 0, [(None, str(e))]
+    segments = decoder.reader.index.files[job.file].segments
+    problems: list[tuple[str | None, str]] = []
+    offset, start, here = job.offset, job.start, job.chunks[0][0]
+    try:
+        for s, c in job.chunks:
+            if s != here:
+                start, here = 0, s
+            seg = segments[s]
+            chunk = seg.chunks[c]
+            try:
+                data = decoder.decode(seg, chunk, start)
+            except BrevisError as e:
+                if not sink.keeps_going:
+                    raise
+                problems.append((seg.name, str(e)))
+            else:
+                problem = sink.put(handle, data, offset)
+                if problem is not None:
+                    problems.append((seg.name, problem))
+            length = chunk.n * seg.itemsize
+            offset += length
+            start += length
+    finally:
+        sink.close(handle)
+    return offset - job.offset, problems
+
+
+_decoders: dict[str, ChunkDecoder] = {}  # per worker process
+
+
+def run_job_in_worker(archive: str, digest: bytes, job: DecodeJob) -> tuple[int, list[tuple[str | None, str]]]:
+    """run_job in a worker process, on the archive opened there by path
+    (once per process); `digest` of its index: a worker refuses an archive
+    replaced meanwhile."""
+    decoder = _decoders.get(archive)
+    if decoder is None:
+        keep_freed_memory()
+        decoder = _decoders[archive] = ChunkDecoder(ArchiveReader(Path(archive)))
+    if decoder.reader.footer.digest != digest:
+        raise FormatError(f"{archive} changed while being decoded")
+    return run_job(decoder, job)
+
+
+def run_jobs(decoder: ChunkDecoder, sink_of: Callable[[int], Sink],
+             how: Executing) -> Iterator[tuple[DecodeJob, tuple[int, list[tuple[str | None, str]]]]]:
+    """(job, run_job's result) for every chunk of the archive, in order, on
+    `how`: worker processes (jobs of PROCESS_JOB_BYTES) or threads (jobs of
+    THREAD_JOB_BYTES). Close it (contextlib.closing) to stop early."""
+    index = decoder.reader.index
+    if how.processes is not None:
+        reader = decoder.reader
+        fn = partial(run_job_in_worker, str(reader.path.absolute()), reader.footer.digest)
+        try:
+            yield from ordered_pairs(how.processes, fn, decode_jobs(index, sink_of, PROCESS_JOB_BYTES),
+                                     2 * max(1, how.threads))
+        except BrokenProcessPool:
+            raise BrevisError("a decoding worker process died (killed, or out of memory)") from None
+        return
+    with Pool(how.threads) as pool:
+        yield from ordered_pairs(pool.executor, partial(run_job, decoder),
+                                 decode_jobs(index, sink_of, THREAD_JOB_BYTES), 2 * pool.threads)

@@ -1,0 +1,216 @@
+"""Worker processes: whether they pay, how they start, how they end.
+
+Everything that starts worker processes calls `open_workers` (compress,
+decompress and verify, the CLI ahead of its progress bar, compress-many's
+local process pool), which decides processes or none and returns a
+`Workers` context manager that shuts them down. The rules, in one place:
+
+- Processes pay only with two or more of them (`min_workers`), where the
+  input is large enough (`total_bytes >= min_bytes`, or `processes=True`),
+  never with `processes=False`, and only where they can start at all
+  (`can_start_processes`).
+- They start by fork where that is safe (Linux, no other thread yet),
+  else by spawn, from a thread of their own (`WorkerProcesses`).
+- Workers ignore SIGINT (the main process alone reacts to Ctrl-C and
+  shuts the pool down) unless asked otherwise, and never outlive the
+  process that started them (a death signal on Linux, and a watch thread).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+from .heap import keep_freed_memory
+
+WATCH_THREAD = "brevis-parent-watch"
+
+
+def _foreign_threads() -> int:
+    """Threads of this process other than the main one and a worker's own
+    watch thread (which only sleeps: forking beside it is safe)."""
+    main = threading.main_thread()
+    return sum(1 for t in threading.enumerate() if t is not main and t.name != WATCH_THREAD)
+
+
+def process_context():
+    """fork where it is safe (Linux, and this process has no other thread
+    yet): a worker then starts in milliseconds with everything already
+    imported, and nothing of the main module is run again. Else spawn: a
+    fresh interpreter per worker (about 0.5 s of CPU each to import numpy
+    and Brevis, measured). forkserver was measured too: its server outlived
+    a SIGKILLed main process by over 30 s here."""
+    if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread() \
+            and _foreign_threads() == 0:
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
+
+
+_GUARD = re.compile(r"""^if\s+__name__\s*==\s*['"]__main__['"]\s*:""", re.M)
+
+
+def can_start_processes() -> bool:
+    """Whether worker processes can start here: not from a daemonic process
+    (a Dask worker, a multiprocessing.Pool worker), and, where they must be
+    spawned (see process_context), not where a worker would rerun the main
+    script's code: spawn imports the main module in every worker, which is
+    safe for `python -m`, the `brevis` command, an interactive session, or
+    a script whose work is under `if __name__ == "__main__":`, and for
+    nothing else."""
+    if multiprocessing.current_process().daemon:
+        return False
+    if process_context().get_start_method() == "fork":
+        return True
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__spec__", None) is not None:
+        return True
+    path = getattr(main, "__file__", None)
+    if path is None:
+        return True
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return _GUARD.search(f.read()) is not None
+    except OSError:
+        return False
+
+
+# ------------------------------------------------------------ in the workers
+def worker_init(parent: int, ignore_interrupts: bool = True) -> None:
+    """Initializer of worker processes (children of `parent`): Ctrl-C is
+    the main process's to handle (unless ignore_interrupts is False), and a
+    worker never outlives it."""
+    if ignore_interrupts:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the CLI's handler
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            PR_SET_PDEATHSIG = 1
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # when the thread that started it ends (WorkerProcesses)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # it died while this one was starting
+        os._exit(1)
+    keep_freed_memory()
+    threading.Thread(target=_watch, args=(parent,), daemon=True, name=WATCH_THREAD).start()
+
+
+def _watch(parent: int) -> None:
+    """Exit once the parent is gone (reparented: dead, even if not yet reaped)."""
+    while os.getppid() == parent:
+        time.sleep(0.2)
+    os._exit(1)
+
+
+def warm_up() -> int:
+    """A no-op job: starts a worker before the first job needs it."""
+    return os.getpid()
+
+
+# ------------------------------------------------------------ the pool
+class WorkerProcesses(ProcessPoolExecutor):
+    """Worker processes, all started at once.
+
+    Forked workers start here, in a few milliseconds. Spawned ones (about
+    0.7 s for two, measured) start from a thread of their own, so that the
+    start overlaps the caller's work (a scan, the learning), and so that a
+    KeyboardInterrupt, which only the main thread receives, cannot land in
+    the middle of a process start (a half-started worker would be orphaned
+    and print a traceback). That thread lives until shutdown: a worker's
+    death signal (PR_SET_PDEATHSIG) is tied to the thread that started it.
+    `shared`: whether chunk results can come back through /dev/shm files
+    (shared.py)."""
+
+    def __init__(self, workers: int, ignore_interrupts: bool = True):
+        from . import shared
+
+        context = process_context()
+        shared.remove_stale_batches()
+        self.shared = os.path.isdir(shared.SHM_DIR)
+        super().__init__(workers, mp_context=context, initializer=worker_init,
+                         initargs=(os.getpid(), ignore_interrupts))
+        self.closing = threading.Event()
+        self.starter: threading.Thread | None = None
+        if context.get_start_method() == "fork":
+            self.submit(warm_up)  # forks every worker now, before any thread of ours exists
+        else:
+            self.starter = threading.Thread(target=self._start, args=(workers,), name="brevis-start-workers",
+                                            daemon=True)
+            self.starter.start()
+
+    def _start(self, workers: int) -> None:
+        try:
+            for _ in range(workers):  # each no-op job starts one more process
+                self.submit(warm_up)
+        except RuntimeError:  # shut down before the start finished
+            pass
+        self.closing.wait()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        try:
+            super().shutdown(wait=wait, cancel_futures=cancel_futures)
+        finally:
+            self.closing.set()
+            if self.starter is not None:
+                self.starter.join()
+
+
+ChunkProcesses = WorkerProcesses  # the encoder's name for them
+
+
+def chunk_processes(workers: int) -> WorkerProcesses:
+    return WorkerProcesses(workers)
+
+
+class Workers:
+    """What open_workers gives: worker processes (`executor`), or None where
+    they would not pay. Entered, it gives the executor (or None); left, it
+    shuts the processes down, dropping queued jobs (Ctrl-C, errors: the
+    jobs running are short)."""
+
+    def __init__(self, executor: WorkerProcesses | None):
+        self.executor = executor
+
+    def __enter__(self) -> WorkerProcesses | None:
+        return self.executor
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    def shutdown(self, wait: bool = True) -> None:
+        if self.executor is not None:
+            self.executor.shutdown(wait=wait, cancel_futures=True)
+
+
+def wants_processes(threads: int, total_bytes: int = 0, min_bytes: int = 0, processes: bool | None = None,
+                    min_workers: int = 2) -> bool:
+    """open_workers' decision, without starting anything."""
+    if threads < min_workers or processes is False or not can_start_processes():
+        return False
+    return bool(processes) or total_bytes >= min_bytes
+
+
+def open_workers(threads: int, total_bytes: int = 0, min_bytes: int = 0, processes: bool | None = None, *,
+                 min_workers: int = 2, ignore_interrupts: bool = True) -> Workers:
+    """`threads` worker processes for work on total_bytes, or none.
+
+    None where fewer than `min_workers` are asked for (one process does not
+    beat the caller's own thread; 1 for a pool that must exist, as
+    compress-many's), where processes=False, where they cannot start here
+    (can_start_processes), or where processes is None and total_bytes is
+    below `min_bytes` (starting them would cost more than they save).
+    Call it before starting any thread of the caller's, so that they can
+    start by fork. The caller shuts them down (`with open_workers(...) as
+    executor:`); `ignore_interrupts=False` leaves SIGINT to the workers."""
+    if not wants_processes(threads, total_bytes, min_bytes, processes, min_workers):
+        return Workers(None)
+    return Workers(WorkerProcesses(threads, ignore_interrupts))
+
