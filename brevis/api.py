@@ -65,6 +65,7 @@ def explain(archive: str | os.PathLike) -> list[dict]:
     how often each production appears in the chosen programs."""
     from collections import Counter
 
+    from .archive.schema import search_kind
     from .synth.roles import role_of
 
     rows: dict[tuple[str, str], dict] = {}
@@ -80,7 +81,8 @@ def explain(archive: str | os.PathLike) -> list[dict]:
                 row["segments"] += 1
                 row["original_bytes"] += s.length
                 row["stored_bytes"] += s.stored
-                row["search"][s.search.get("search", "?")] += 1
+                kind = search_kind(s.search)
+                row["search"][kind.value if kind else "?"] += 1
                 for c in s.chunks:  # weighted by chunks: what actually ran
                     row["productions"].update(_productions(s.programs[c.program]))
     out = sorted(rows.values(), key=lambda r: -r["original_bytes"])

@@ -19,6 +19,7 @@ import click
 from . import __version__, api
 from .errors import BrevisError, OutputExists
 from .synth.planner import DEFAULT_EFFORT
+from .workers import open_workers
 from .workers.pool import default_threads
 from .fs.sources import collect
 
@@ -32,18 +33,6 @@ def _size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return str(n)
-
-
-@contextmanager
-def worker_processes(executor):
-    """Worker processes (or None) for the rest of the command, shut down
-    on the way out. Opened before the progress bar, whose thread would
-    otherwise keep them from being forked."""
-    try:
-        yield executor
-    finally:
-        if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
 
 
 @contextmanager
@@ -98,12 +87,14 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @json_option
 def compress(sources, output, force, effort, prior, explain, base, threads, quiet, as_json):
     """Compress checkpoint folders or files into one archive."""
-    from .codec.encoder import open_chunk_processes
+    from .codec import encoder
 
     files, _ = collect(list(sources))
     total = sum(s.path.stat().st_size for s in files)
     threads = threads or default_threads()
-    with worker_processes(open_chunk_processes(threads, total)) as workers, \
+    # Worker processes (or none) for the whole command, opened before the
+    # progress bar, whose thread would otherwise keep them from being forked.
+    with open_workers(threads, total, encoder.PROCESS_MIN_BYTES) as workers, \
             progress_bar(total, quiet, "compress") as update:
         s = api.compress(sources, output, threads=threads, force=force, effort=effort, prior=prior,
                          base=base, progress=update, executor=workers)
@@ -221,8 +212,7 @@ def decompress(archive, output, force, base, threads, quiet, as_json):
     from .codec.decoder import processes_for
 
     threads = threads or default_threads()
-    with worker_processes(processes_for(archive, threads, base)) as workers, \
-            progress_bar(0, quiet, "decompress") as update:
+    with processes_for(archive, threads) as workers, progress_bar(0, quiet, "decompress") as update:
         s = api.decompress(archive, output, threads=threads, force=force, progress=update, base=base,
                            executor=workers)
     _emit(as_json, quiet, s, f"{s['output']}: {s['files']} files, {_size(s['bytes'])} in {s['seconds']:.1f} s")
@@ -241,8 +231,7 @@ def verify(archive, sources, base, threads, quiet, as_json):
     from .codec.decoder import processes_for
 
     threads = threads or default_threads()
-    with worker_processes(processes_for(archive, threads, base)) as workers, \
-            progress_bar(0, quiet, "verify") as update:
+    with processes_for(archive, threads) as workers, progress_bar(0, quiet, "verify") as update:
         r = api.verify(archive, list(sources) or None, threads=threads, progress=update, base=base,
                        executor=workers)
     if as_json:
@@ -263,6 +252,8 @@ def verify(archive, sources, base, threads, quiet, as_json):
 @json_option
 def inspect(archive, as_json):
     """Show files, tensors, sizes and the program of each tensor."""
+    from .archive.schema import SearchKind, search_kind
+
     r = api.inspect(archive)
     if as_json:
         click.echo(json.dumps(r, indent=1))
@@ -280,13 +271,14 @@ def inspect(archive, as_json):
             for p in s["programs"]:
                 click.echo(f"    {p['program']}" + (f"  ({p['chunks']} chunks)" if len(s["programs"]) > 1 else ""))
             st = s.get("search") or {}
-            if st.get("search") == "a*":
+            kind = search_kind(st)
+            if kind is SearchKind.SEARCH:
                 click.echo(f"    search: A*, {st['expanded']} nodes expanded, estimated {st['estimate']}"
                            f" -> actual {s['stored_bytes']} bytes" + (" (budget hit)" if st.get("exhausted") else ""))
-            elif st.get("search") == "family":
+            elif kind is SearchKind.FAMILY:
                 click.echo(f"    search: reused a sibling's program, estimated {st['estimate']}"
                            f" -> actual {s['stored_bytes']} bytes")
-            elif st.get("search") == "learned":
+            elif kind is SearchKind.LEARNED:
                 click.echo(f"    search: took a program learned on the sample, estimated {st['estimate']}"
                            f" -> actual {s['stored_bytes']} bytes")
 

@@ -5,23 +5,27 @@ ranges, that streams lie inside the stream region, that chunk sizes add up
 to segment sizes and segment sizes to file sizes, that programs type-check,
 and that paths cannot leave the output folder. Nothing read from an archive
 is used before it passed these checks.
+
+The records of the index are declared once, below (INDEX and the records
+it nests): to_json, from_json and docs/FORMAT.md's tables are derived
+from that declaration (see schema.py).
 """
 
 from __future__ import annotations
 
-import marshal
-import math
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
-from .. import dtypes
 from ..dsl.program import Program
-from ..dsl.types import BYTES, Field, tensor
+from ..dsl.types import BYTES, Field as ValueType, tensor
 from ..dtypes import DType
-from ..errors import FormatError, ProgramError
 from .format import MAX_CHUNK_BYTES
+from .schema import (DIGEST_BYTES, Check, DTypeName, Field, Hex, Int, Let, List, Obj, Path, Programs, Record, Run,
+                     SearchKind, Shape, Str, check_path, dumper, is_hex, is_int, parser, paused_gc)
 
-DIGEST_BYTES = 16
+__all__ = ["DIGEST_BYTES", "Chunk", "SegmentEntry", "FileEntry", "Index", "SearchKind", "check_path", "is_int",
+           "is_hex", "INDEX"]
 
 
 @dataclass
@@ -42,13 +46,13 @@ class SegmentEntry:
     dtype: DType | None
     shape: tuple[int, ...] | None
     length: int
-    programs: list[Program] = field(default_factory=list)
-    chunks: list[Chunk] = field(default_factory=list)
-    search: dict = field(default_factory=dict)  # how the program was found (informative)
+    programs: list[Program] = dataclasses.field(default_factory=list)
+    chunks: list[Chunk] = dataclasses.field(default_factory=list)
+    search: dict = dataclasses.field(default_factory=dict)  # how the program was found (informative)
     base: dict | None = None  # {"file", "name", "sha256"}: the base tensor it is coded against
 
     @property
-    def value_type(self) -> Field:
+    def value_type(self) -> ValueType:
         return tensor(self.dtype) if self.dtype else BYTES
 
     @property
@@ -65,7 +69,7 @@ class FileEntry:
     path: str
     size: int
     format: str
-    segments: list[SegmentEntry] = field(default_factory=list)
+    segments: list[SegmentEntry] = dataclasses.field(default_factory=list)
 
     @property
     def stored(self) -> int:
@@ -75,7 +79,7 @@ class FileEntry:
 @dataclass
 class Index:
     files: list[FileEntry]
-    dirs: list[str] = field(default_factory=list)
+    dirs: list[str] = dataclasses.field(default_factory=list)
     created_by: str = ""
     prior: dict | None = None  # the production prior the programs were found with
     base: dict | None = None  # {"sha256", "tensors"}: identity of the base model used, if any
@@ -84,212 +88,110 @@ class Index:
     def original_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
-    # ------------------------------------------------------------ writing
+    # ------------------------------------------------------------ JSON
     def to_json(self) -> dict:
-        return {
-            "created_by": self.created_by,
-            "prior": self.prior,
-            "base": self.base,
-            "dirs": self.dirs,
-            "files": [
-                {
-                    "path": f.path,
-                    "size": f.size,
-                    "format": f.format,
-                    "segments": [
-                        {
-                            "name": s.name,
-                            "dtype": s.dtype.name if s.dtype else None,
-                            "shape": list(s.shape) if s.shape is not None else None,
-                            "length": s.length,
-                            "programs": [p.to_json() for p in s.programs],
-                            "chunks": [[c.program, c.n, [list(x) for x in c.streams], c.digest.hex()]
-                                       for c in s.chunks],
-                            "search": s.search,
-                            "base": s.base,
-                        }
-                        for s in f.segments
-                    ],
-                }
-                for f in self.files
-            ],
-        }
+        return _dump_index(self)
 
-    # ------------------------------------------------------------ reading
     @staticmethod
     def from_json(obj: Any, stream_start: int, stream_end: int) -> "Index":
-        v = _Validator(stream_start, stream_end)
-        return v.index(obj)
+        """The index of JSON value obj, every field checked (FormatError);
+        streams must lie in [stream_start, stream_end)."""
+        with paused_gc():
+            return _parse_index(obj, stream_start, stream_end)
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+# ---------------------------------------------------------------- schema
+# The index, field by field: what to_json writes and from_json reads and
+# checks (see schema.py; docs/FORMAT.md's tables are generated from it).
+# Locals in expressions: RECORD_ATTR of the fields read so far, the Lets,
+# start and end (the stream region).
 
+STREAM = Record("stream", tuple, array=True, malformed="malformed stream location", doc=(
+    "where a stream lies: its offset in the archive, its stored length, the CRC-32 (zlib's) of its "
+    "stored bytes."), items=[
+    Field(0, "offset", Int(doc="integer, from the end of the header"), doc="absolute offset"),
+    Field(1, "length", Int(doc="integer >= 0"), doc="stored bytes"),
+    Field(2, "crc", Int(doc="integer below 2^32"), doc="CRC-32 of the stored bytes"),
+    Check("start <= stream_offset and stream_length >= 0 and stream_offset + stream_length <= end",
+          "stream lies outside the stream region"),
+    Check("0 <= stream_crc < 4294967296", "malformed stream checksum"),
+])
 
-def _is_hex(x, length: int) -> bool:
-    if not isinstance(x, str) or len(x) != length:
-        return False
-    try:
-        bytes.fromhex(x)
-    except ValueError:
-        return False
-    return True
+CHUNK = Record("chunk", Chunk, array=True, malformed="malformed chunk", doc=(
+    "a run of the segment's elements coded by one of its programs."), items=[
+    Field(0, "program", Int("0 <= {v} < segment_count", "chunk names no program",
+                            doc="index into `programs`"), doc="the program coding it"),
+    Field(1, "n", Int("0 < {v} <= segment_max_n", "chunk of {chunk_n!r} elements is out of bounds",
+                      doc=f"integer, 1 to {MAX_CHUNK_BYTES >> 20} MiB of elements"), doc="elements"),
+    Field(2, "streams", List(STREAM, length="segment_programs_streams[chunk_program]",
+                             message="chunk has the wrong number of streams", doc="as many as the program reads"),
+          doc="one per leaf of the program, in order"),
+    Field(3, "digest", Hex(DIGEST_BYTES, raw=True, message="malformed checksum"),
+          doc="first 16 bytes of the SHA-256 of the chunk's original bytes"),
+])
 
+BASE_REF = Record("base_ref", dict, malformed="malformed base reference", doc=(
+    "the base tensor a segment is coded against (see Base models)."), items=[
+    Field("file", "file", Str(), doc="its file, as named in the base"),
+    Field("name", "name", Str(), doc="its name"),
+    Field("sha256", "sha256", Hex(16), doc="first 16 bytes of the SHA-256 of its bytes"),
+])
 
-def check_path(path: Any) -> str:
-    """A relative POSIX path that stays inside the folder it is joined to."""
-    if not isinstance(path, str) or not path:
-        raise FormatError("index: a path is empty or not a string")
-    parts = path.split("/")
-    if path.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\x00" in path:
-        raise FormatError(f"index: unsafe path {path!r}")
-    return path
+SEGMENT = Record("segment", SegmentEntry, where='f"{file_path}: segment {segment_name!r}"',
+                 where0='f"{file_path}: segment"', ident="name", about='f"{file_path}: segment {segment_name!r}"',
+                 doc="a tensor or a byte span of a file.", items=[
+    Field("name", "name", Str(), doc="tensor name (empty for bytes)"),
+    Field("dtype", "dtype", DTypeName(), default="None", null=True, doc="null for bytes"),
+    Field("shape", "shape", Shape(), default="None", null=True, doc="null for bytes"),
+    Field("length", "length", Int(doc="integer >= 0"), doc="original bytes"),
+    Check("segment_length >= 0", "negative length"),
+    Check("segment_dtype is not None or segment_shape is None", "bytes have no shape"),
+    Check("segment_dtype is None or segment_shape is not None", "malformed shape"),
+    Check("segment_dtype is None or prod(segment_shape) * segment_dtype.itemsize == segment_length",
+          "shape and length disagree"),
+    Let("segment_itemsize", "segment_dtype.itemsize if segment_dtype else 1"),
+    Let("segment_max_n", "MAX_CHUNK_BYTES // segment_itemsize"),
+    Field("programs", "programs", Programs("tensor(segment_dtype) if segment_dtype else BYTES"),
+          doc="each must type-check against the segment's value"),
+    Let("segment_count", "len(segment_programs)"),
+    Field("chunks", "chunks", List(CHUNK), doc="in order"),
+    Check("sum(c.n for c in segment_chunks) * segment_itemsize == segment_length",
+          "chunks do not add up to its length"),
+    Field("search", "search", Obj("search must be an object"), default="{}",
+          doc="how the program was found (informative)"),
+    Field("base", "base", BASE_REF, default="None", null=True, doc="the base tensor it is coded against"),
+    Check("segment_base is None or segment_dtype is not None", "malformed base reference"),
+    Check("segment_base is not None or not any(p.uses_reference for p in segment_programs)",
+          "coded against a base tensor it does not name"),
+])
 
+FILE = Record("file", FileEntry, where="file_path", where0='"file"', ident="path", about="file_path",
+              doc="a file of the checkpoint.", items=[
+    Field("path", "path", Path(), doc="where it goes in the output folder"),
+    Field("size", "size", Int(doc="integer >= 0"), doc="bytes"),
+    Field("format", "format", Str(), doc="how it was cut (informative)"),
+    Field("segments", "segments", List(SEGMENT), doc="tiling the file, in order"),
+    Check("file_size >= 0 and sum(s.length for s in file_segments) == file_size",
+          "segments do not add up to the file size"),
+])
 
-class _Validator:
-    def __init__(self, start: int, end: int):
-        self.start, self.end = start, end
-        # Segments of a family, or taking one learned program, share it:
-        # each distinct program is parsed and checked once per value type.
-        self.programs: dict[tuple[str, str], tuple[Program, int]] = {}
+BASE_IDENTITY = Record("base_identity", dict, malformed="base must be an object with sha256 and tensors",
+                       doc="identity of the base model used (see Base models).", items=[
+    Field("sha256", "sha256", Hex(16), doc="of the sorted lines of the base tensors used"),
+    Field("tensors", "tensors", Int(), doc="how many base tensors are used"),
+])
 
-    def program(self, obj, t: Field) -> tuple[Program, int]:
-        """A program and the number of streams it reads, checked against t."""
-        # marshal (version 2: no back-references) is an exact, typed image of
-        # the JSON value, 6x faster to make than json.dumps; a key that
-        # differs only costs a parse.
-        key = (marshal.dumps(obj, 2), str(t))
-        hit = self.programs.get(key)
-        if hit is None:
-            program = Program.from_json(obj)
-            hit = self.programs[key] = (program, program.check(t))
-        return hit
+INDEX = Record("index", Index, where='"index"', about="", doc="the index, at the top.", items=[
+    Field("created_by", "created_by", Str(), doc="the writer's name and version"),
+    Field("prior", "prior", Obj("prior must be an object"), default="None", null=True,
+          doc="the production prior the programs were found with (informative)"),
+    Field("base", "base", BASE_IDENTITY, default="None", null=True, doc="the base model, if any"),
+    Field("dirs", "dirs", List(Path()), doc="folders to create (empty ones)"),
+    Field("files", "files", List(FILE), doc="the files"),
+    Run("check_tree(index_files, index_dirs)", "no path appears twice or lies under a file"),
+    Check("index_base is not None or not any(s.base for f in index_files for s in f.segments)",
+          "segments are coded against a base the index does not describe"),
+])
 
-    def fail(self, msg: str):
-        raise FormatError(f"index: {msg}")
-
-    def get(self, obj: dict, key: str, kind, where: str):
-        if not isinstance(obj, dict) or key not in obj:
-            self.fail(f"{where} lacks {key!r}")
-        value = obj[key]
-        ok = _is_int(value) if kind is int else isinstance(value, kind)
-        if not ok:
-            self.fail(f"{where}: {key!r} has the wrong type")
-        return value
-
-    def index(self, obj) -> Index:
-        if not isinstance(obj, dict):
-            self.fail("not an object")
-        files = [self.file(f) for f in self.get(obj, "files", list, "index")]
-        dirs = [check_path(d) for d in self.get(obj, "dirs", list, "index")]
-        created_by = self.get(obj, "created_by", str, "index")
-        prior = obj.get("prior")
-        if prior is not None and not isinstance(prior, dict):
-            self.fail("prior must be an object")
-        base = obj.get("base")
-        if base is not None and not (isinstance(base, dict) and _is_hex(base.get("sha256"), 32)
-                                     and _is_int(base.get("tensors"))):
-            self.fail("base must be an object with sha256 and tensors")
-        paths = [f.path for f in files] + dirs
-        if len(set(paths)) != len(paths):
-            self.fail("a path appears twice")
-        file_paths = {f.path for f in files}
-        for p in paths:
-            parts = p.split("/")
-            for i in range(1, len(parts)):
-                if "/".join(parts[:i]) in file_paths:
-                    self.fail(f"{p!r} lies under a file")
-        uses_base = any(s.base for f in files for s in f.segments)
-        if uses_base and base is None:
-            self.fail("segments are coded against a base the index does not describe")
-        return Index(files, dirs, created_by, prior, base)
-
-    def file(self, obj) -> FileEntry:
-        path = check_path(self.get(obj, "path", str, "file"))
-        size = self.get(obj, "size", int, path)
-        fmt = self.get(obj, "format", str, path)
-        segments = [self.segment(s, path) for s in self.get(obj, "segments", list, path)]
-        if size < 0 or sum(s.length for s in segments) != size:
-            self.fail(f"{path}: segments do not add up to the file size")
-        return FileEntry(path, size, fmt, segments)
-
-    def segment(self, obj, path: str) -> SegmentEntry:
-        where = f"{path}: segment"
-        name = self.get(obj, "name", str, where)
-        length = self.get(obj, "length", int, where)
-        if length < 0:
-            self.fail(f"{where} {name!r} has a negative length")
-        dtype_name = obj.get("dtype") if isinstance(obj, dict) else None
-        shape = obj.get("shape")
-        if dtype_name is None:
-            dtype = None
-            if shape is not None:
-                self.fail(f"{where} {name!r}: bytes have no shape")
-        else:
-            dtype = dtypes.lookup(dtype_name) if isinstance(dtype_name, str) else None
-            if dtype is None:
-                self.fail(f"{where} {name!r}: unknown dtype {dtype_name!r}")
-            if (not isinstance(shape, list) or len(shape) > 64
-                    or not all(_is_int(d) and d >= 0 for d in shape)):
-                self.fail(f"{where} {name!r}: malformed shape")
-            if math.prod(shape) * dtype.itemsize != length:
-                self.fail(f"{where} {name!r}: shape and length disagree")
-            shape = tuple(shape)
-        search = obj.get("search", {})
-        if not isinstance(search, dict):
-            self.fail(f"{where} {name!r}: search must be an object")
-        base = obj.get("base")
-        if base is not None and not (isinstance(base, dict) and isinstance(base.get("file"), str)
-                                     and isinstance(base.get("name"), str) and _is_hex(base.get("sha256"), 32)
-                                     and dtype is not None):
-            self.fail(f"{where} {name!r}: malformed base reference")
-        seg = SegmentEntry(name, dtype, shape, length, search=search, base=base)
-        counts = []  # streams each program reads
-        for p in self.get(obj, "programs", list, where):
-            try:
-                program, count = self.program(p, seg.value_type)
-                counts.append(count)
-            except ProgramError as e:
-                raise FormatError(f"{where} {name!r}: {e}") from None
-            seg.programs.append(program)
-        if any(p.uses_reference for p in seg.programs) and seg.base is None:
-            self.fail(f"{where} {name!r}: coded against a base tensor it does not name")
-        elements = 0
-        max_n = MAX_CHUNK_BYTES // seg.itemsize
-        start, end, programs = self.start, self.end, len(seg.programs)
-        # The hottest loop of reading an index (one pass per stream): `type(x)
-        # is int` is what _is_int checks on JSON values, which are never int
-        # subclasses other than bool.
-        for c in self.get(obj, "chunks", list, where):
-            if not (isinstance(c, list) and len(c) == 4):
-                self.fail(f"{where} {name!r}: malformed chunk")
-            prog, n, streams, digest = c
-            if not (type(prog) is int and 0 <= prog < programs):
-                self.fail(f"{where} {name!r}: chunk names no program")
-            if not (type(n) is int and 0 < n <= max_n):
-                self.fail(f"{where} {name!r}: chunk of {n!r} elements is out of bounds")
-            if not (isinstance(streams, list) and len(streams) == counts[prog]):
-                self.fail(f"{where} {name!r}: chunk has the wrong number of streams")
-            located = []
-            for s in streams:
-                if not (isinstance(s, list) and len(s) == 3):
-                    self.fail(f"{where} {name!r}: malformed stream location")
-                off, ln, crc = s
-                if not (type(off) is int and type(ln) is int and type(crc) is int):
-                    self.fail(f"{where} {name!r}: malformed stream location")
-                if not (start <= off and ln >= 0 and off + ln <= end):
-                    self.fail(f"{where} {name!r}: stream lies outside the stream region")
-                if not 0 <= crc < 1 << 32:
-                    self.fail(f"{where} {name!r}: malformed stream checksum")
-                located.append((off, ln, crc))
-            try:
-                raw_digest = bytes.fromhex(digest) if isinstance(digest, str) else b""
-            except ValueError:
-                raw_digest = b""
-            if len(raw_digest) != DIGEST_BYTES:
-                self.fail(f"{where} {name!r}: malformed checksum")
-            elements += n
-            seg.chunks.append(Chunk(prog, n, located, raw_digest))
-        if elements * seg.itemsize != length:
-            self.fail(f"{where} {name!r}: chunks do not add up to its length")
-        return seg
+_parse_index = parser(INDEX)
+_dump_index = dumper(INDEX)

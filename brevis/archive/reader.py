@@ -18,6 +18,7 @@ from ..dsl.interpreter import decode
 from ..errors import BrevisError, ChecksumError, FormatError, InvalidArgument, IOFailure, TruncatedError
 from .format import FOOTER_SIZE, HEADER_SIZE, Footer, check_header, index_digest
 from .index import DIGEST_BYTES, Chunk, Index, SegmentEntry
+from .schema import paused_gc
 
 
 # The last index parsed, by its footer (which holds the SHA-256 of the stored
@@ -70,11 +71,12 @@ class ArchiveReader:
             raise FormatError(f"index does not decompress: {e}") from None
         if len(raw) != self.footer.index_raw_length:
             raise FormatError("index has the wrong length")
-        try:
-            obj = json.loads(raw.decode("ascii"))
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            raise FormatError("index is not valid JSON") from None
-        index = Index.from_json(obj, HEADER_SIZE, self.footer.index_offset)
+        with paused_gc():  # tens of thousands of objects, none in a cycle
+            try:
+                obj = json.loads(raw.decode("ascii"))
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                raise FormatError("index is not valid JSON") from None
+            index = Index.from_json(obj, HEADER_SIZE, self.footer.index_offset)
         if self.footer.index_raw_length <= CACHED_INDEX_BYTES:
             _last_index = (self.footer, index)
         return index

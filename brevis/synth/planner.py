@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..archive.schema import SearchKind
 from ..dsl import Raw, Zstd
 from ..dsl.interpreter import encode
 from ..dsl.program import Program
@@ -135,7 +136,7 @@ def sample(seg: SegmentInfo, e: Effort, read=None) -> list[np.ndarray]:
 def _tiny_plan(seg: SegmentInfo) -> Plan:
     # No trial here: the encoder stores any chunk that zstd would make
     # larger as it is (its raw guard), so the choice costs one encoding.
-    return Plan(TINY_PROGRAM, {"search": "tiny"})
+    return Plan(TINY_PROGRAM, {"search": SearchKind.TINY})
 
 
 class _Family:
@@ -224,7 +225,7 @@ class Planner:
         if seg.length <= TINY:
             return _tiny_plan(seg)
         if self.effort.level == 0:
-            return Plan(FALLBACK, {"search": "none"})
+            return Plan(FALLBACK, {"search": SearchKind.NONE})
         root, scale = self.root(seg)
         trial, trial_scale = _trial(root, seg)
         if family is not None and not leader:
@@ -238,7 +239,7 @@ class Planner:
         # What a search can win is proportional to the bytes at stake.
         expansions = min(self.effort.expansions, max(32, seg.length // BYTES_PER_EXPANSION))
         result = search(root, self.prior, seg.role, scale, seg.chunks, Budget(expansions, self.effort.seconds))
-        stats = {"search": "a*", "expanded": result.expanded, "generated": result.generated,
+        stats = {"search": SearchKind.SEARCH, "expanded": result.expanded, "generated": result.generated,
                  "estimate": round(result.estimate), "exhausted": result.exhausted}
         return Plan(result.program, stats, result.estimate)
 
@@ -252,7 +253,7 @@ class Planner:
             relative = _relative(learned.program, root, seg, scale)
             if relative is not None and relative <= learned.relative * REUSE_TOLERANCE:
                 estimate = relative * _entropy(root, scale)
-                return Plan(learned.program, {"search": "learned", "estimate": round(estimate)})
+                return Plan(learned.program, {"search": SearchKind.LEARNED, "estimate": round(estimate)})
         return None
 
     def _try_reuse(self, family: _Family, root: Value, seg: SegmentInfo, scale: float) -> Plan | None:
@@ -265,7 +266,7 @@ class Planner:
         # or upcast tensor in a family of dense ones): its entropy tells.
         if estimate > root.entropy_bytes * scale * ENTROPY_SLACK + 64:
             return None
-        return Plan(family.program, {"search": "family", "estimate": round(estimate)})
+        return Plan(family.program, {"search": SearchKind.FAMILY, "estimate": round(estimate)})
 
 
 def _trial(root: Value, seg: SegmentInfo) -> tuple[Value, float]:

@@ -1,0 +1,588 @@
+"""The archive index's schema, once: each record as a list of fields.
+
+Both directions are derived from these lists: `dumper` makes the JSON
+written into an archive (keys in field order), `parser` the function that
+reads it back, checking every value read from an untrusted archive. The
+table of fields in docs/FORMAT.md is generated from them too (`python -m
+brevis.archive.schema` prints it; a test keeps the two equal).
+
+A record is a sequence of items, run in order:
+
+    Field(key, attr, kind)   one JSON value (key: its name in an object,
+                             its position in a record stored as an array)
+                             checked by `kind` and kept as attribute `attr`
+    Let(name, expr)          a local for the checks that follow
+    Check(cond, message)     a condition on the values read so far
+    Run(statement)           a check that raises by itself (helpers below)
+
+Reading an index of many thousands of chunks is timed, so a schema is not
+interpreted value by value: it is compiled once into one Python function
+with every nested record inlined (the same loops one would write by
+hand). Expressions (`cond`, `expr`, bounds) are Python over the locals of
+that function: `RECORD_ATTR` for each field read so far (`segment_dtype`,
+`chunk_n`), the Lets, `start` and `end` (the stream region) and the names
+in `_NAMESPACE`. Messages are f-strings over the same locals. The code
+is made from the schema's own strings only, never from archive data; its
+source is kept as the functions' `source` attribute.
+
+Plain checks use `type(x) is int` where one would write _is_int: JSON
+values are never int subclasses other than bool.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import marshal
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from .. import dtypes
+from ..dsl.program import Program
+from ..dsl.types import BYTES, tensor
+from ..errors import FormatError, ProgramError
+from .format import MAX_CHUNK_BYTES
+
+DIGEST_BYTES = 16
+MAX_DIMS = 64
+
+REQUIRED = object()  # a Field's default: the key must be there
+_MISSING = object()
+
+
+def is_int(x) -> bool:
+    """An integer that is not a bool (JSON's true and false are bools)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def is_hex(x, length: int) -> bool:
+    """A string of `length` hex digits."""
+    if not isinstance(x, str) or len(x) != length:
+        return False
+    try:
+        bytes.fromhex(x)
+    except ValueError:
+        return False
+    return True
+
+
+def check_path(path: Any) -> str:
+    """A relative POSIX path that stays inside the folder it is joined to."""
+    if not isinstance(path, str) or not path:
+        raise FormatError("index: a path is empty or not a string")
+    parts = path.split("/")
+    if path.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\x00" in path:
+        raise FormatError(f"index: unsafe path {path!r}")
+    return path
+
+
+class SearchKind(StrEnum):
+    """How a segment's program was found: the `search` entry of its stats.
+
+    The values are what archives hold; they are never renamed."""
+
+    TINY = "tiny"  # too small to search: zstd at level 3 (or raw)
+    NONE = "none"  # effort 0: zstd's entropy preset
+    SEARCH = "a*"  # an A* search; with expanded, generated, estimate, exhausted
+    LEARNED = "learned"  # a program learned on the sample; with estimate
+    FAMILY = "family"  # a sibling's program (same family); with estimate
+
+
+# ---------------------------------------------------------------- kinds
+class Kind:
+    """How one JSON value is checked and what it becomes."""
+
+    doc = ""
+
+    def parse(self, g: "_Gen", v: str, bad: str, name: str) -> str:
+        """Emit the checks of JSON value `v` (failing with message expression
+        `bad`); the expression of the Python value."""
+        return v
+
+    def dump(self, x: str) -> str:
+        """The expression of the JSON value of Python value `x`."""
+        return x
+
+
+class Int(Kind):
+    def __init__(self, cond: str | None = None, message: str | None = None, doc: str = "integer"):
+        self.cond, self.message, self.doc = cond, message, doc
+
+    def parse(self, g, v, bad, name):
+        test = f"type({v}) is int" + (f" and {self.cond.format(v=v)}" if self.cond else "")
+        g.fail_unless(test, g.about(self.message) if self.message else bad)
+        return v
+
+
+class Str(Kind):
+    doc = "string"
+
+    def parse(self, g, v, bad, name):
+        g.fail_unless(f"type({v}) is str", bad)
+        return v
+
+
+class Path(Kind):
+    doc = "safe relative path"
+
+    def parse(self, g, v, bad, name):
+        g.line(f"check_path({v})")
+        return v
+
+
+class Obj(Kind):
+    """Any JSON object, kept as it is (informative entries)."""
+
+    def __init__(self, message: str | None = None, doc: str = "object"):
+        self.message, self.doc = message, doc
+
+    def parse(self, g, v, bad, name):
+        g.fail_unless(f"type({v}) is dict", g.about(self.message) if self.message else bad)
+        return v
+
+
+class Hex(Kind):
+    """Hex digits of `nbytes` bytes: kept as the string, or (raw) as bytes."""
+
+    def __init__(self, nbytes: int, raw: bool = False, message: str | None = None):
+        self.nbytes, self.raw, self.message = nbytes, raw, message
+        self.doc = f"hex of {nbytes} bytes"
+
+    def parse(self, g, v, bad, name):
+        bad = g.about(self.message) if self.message else bad
+        if not self.raw:
+            g.fail_unless(f"is_hex({v}, {2 * self.nbytes})", bad)
+            return v
+        g.line("try:")
+        g.line(f"    {name} = bytes.fromhex({v}) if type({v}) is str else b''")
+        g.line("except ValueError:")
+        g.line(f"    {name} = b''")
+        g.fail_unless(f"len({name}) == {self.nbytes}", bad)
+        return name
+
+    def dump(self, x):
+        return f"{x}.hex()" if self.raw else x
+
+
+class DTypeName(Kind):
+    doc = "dtype name"
+
+    def parse(self, g, v, bad, name):
+        found = f"{name}_found"
+        g.line(f"{found} = dtypes.lookup({v}) if type({v}) is str else None")
+        g.fail_unless(f"{found} is not None", g.about("unknown dtype {%s!r}" % v))
+        return found
+
+    def dump(self, x):
+        return f"{x}.name"
+
+
+class Shape(Kind):
+    doc = f"list of at most {MAX_DIMS} non-negative integers"
+
+    def parse(self, g, v, bad, name):
+        g.fail_unless(f"type({v}) is list and len({v}) <= {MAX_DIMS}"
+                      f" and all(type(d) is int and d >= 0 for d in {v})", g.about("malformed shape"))
+        return f"tuple({v})"
+
+    def dump(self, x):
+        return f"list({x})"
+
+
+class Programs(Kind):
+    """The segment's programs, each checked against value type `t` (an
+    expression); also makes NAME_streams, the streams each one reads."""
+
+    doc = "list of programs"
+
+    def __init__(self, t: str):
+        self.t = t
+
+    def parse(self, g, v, bad, name):
+        g.fail_unless(f"type({v}) is list", bad)
+        g.line(f"{name}, {name}_streams = programs({v}, {self.t}, cache, {g.where_expr()})")
+        return name
+
+    def dump(self, x):
+        return f"[p.to_json() for p in {x}]"
+
+
+class List(Kind):
+    """A list of `item` (a Kind or a Record), optionally of a length (an
+    expression) failing with `message`."""
+
+    def __init__(self, item: "Kind | Record", length: str | None = None, message: str | None = None,
+                 doc: str | None = None):
+        self.item, self.length, self.message, self.count_doc = item, length, message, doc
+
+    @property
+    def doc(self) -> str:
+        return f"list of {_kind_doc(self.item)}" + (f", {self.count_doc}" if self.count_doc else "")
+
+    def parse(self, g, v, bad, name):
+        test = f"type({v}) is list" + (f" and len({v}) == {self.length}" if self.length else "")
+        g.fail_unless(test, g.about(self.message) if self.message else bad)
+        item, out = f"{name}_i", f"{name}_out"
+        g.line(f"{out} = []")
+        g.line(f"for {item} in {v}:")
+        g.indent += 1
+        value = self.item.parse(g, item, bad, f"{name}_v")
+        g.line(f"{out}.append({value})")
+        g.indent -= 1
+        return out
+
+    def dump(self, x):
+        item = x.replace(".", "_") + "_i"
+        value = self.item.dump(item)
+        return x if value == item else f"[{value} for {item} in {x}]"
+
+
+# ---------------------------------------------------------------- records
+@dataclass(frozen=True)
+class Field:
+    key: str | int  # JSON key, or position in a record stored as an array
+    attr: str  # Python attribute
+    kind: Kind
+    default: Any = REQUIRED  # source expression of the value a missing key reads as
+    null: bool = False  # JSON null reads as None (not checked by kind)
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Let:
+    name: str
+    expr: str
+
+
+@dataclass(frozen=True)
+class Check:
+    cond: str
+    message: str  # f-string over the locals; prefixed by the record's `about`
+
+
+@dataclass(frozen=True)
+class Run:
+    statement: str  # a check that raises FormatError itself
+    message: str = ""  # what it checks, for the docs
+
+
+@dataclass
+class Record(Kind):
+    """A record: a JSON object (or, array=True, a fixed-length array) and
+    the Python value made of its fields: cls(**fields), cls=dict to keep
+    the JSON object itself (checked), cls=tuple for a tuple of the fields.
+
+    where:  expression naming the record in "lacks"/"wrong type" messages
+    where0: the same before field `ident` is read (None: where)
+    about:  prefix of the other messages ("": none; None: the enclosing record's)
+    malformed: the message for any wrong shape or type (arrays, and
+            records whose fields have no messages of their own)
+    """
+
+    name: str
+    cls: type
+    items: list
+    array: bool = False
+    where: str | None = None
+    where0: str | None = None
+    ident: str | None = None
+    about: str | None = None
+    malformed: str | None = None
+    doc: str = ""
+
+    @property
+    def fields(self) -> list[Field]:
+        return [f for f in self.items if isinstance(f, Field)]
+
+    def local(self, f: Field) -> str:
+        return f"{self.name}_{f.attr}"
+
+    # -------------------------------------------------------- parsing
+    def parse(self, g: "_Gen", v: str, bad: str, name: str) -> str:
+        g.records.append(self)
+        fields = self.fields
+        malformed = g.about(self.malformed) if self.malformed else None
+        if self.array:
+            g.fail_unless(f"type({v}) is list and len({v}) == {len(fields)}", malformed)
+            g.line(", ".join(self.local(f) for f in fields) + f" = {v}")
+        else:
+            g.fail_unless(f"type({v}) is dict", malformed or bad)
+        # Consecutive plain type tests failing alike are one test.
+        pending: list[str] = []
+        pending_msg = None
+        for item in self.items:
+            if isinstance(item, Field) and self.array and isinstance(item.kind, Int) and not item.kind.message:
+                pending.append(f"type({self.local(item)}) is int" +
+                               (f" and {item.kind.cond.format(v=self.local(item))}" if item.kind.cond else ""))
+                pending_msg = malformed
+                continue
+            if pending:
+                g.fail_unless(" and ".join(pending), pending_msg)
+                pending = []
+            if isinstance(item, Let):
+                g.line(f"{item.name} = {item.expr}")
+            elif isinstance(item, Check):
+                g.fail_unless(item.cond, g.about(item.message))
+            elif isinstance(item, Run):
+                g.line(item.statement)
+            else:
+                self._field(g, v, item, malformed)
+        if pending:
+            g.fail_unless(" and ".join(pending), pending_msg)
+        g.records.pop()
+        if self.cls is dict:
+            return v
+        if self.cls is tuple:
+            return "(" + ", ".join(self.local(f) for f in fields) + ",)"
+        attrs = [f.attr for f in fields]
+        if dataclasses.is_dataclass(self.cls) and [f.name for f in dataclasses.fields(self.cls)] == attrs:
+            args = [self.local(f) for f in fields]  # positional: a little faster
+        else:
+            args = [f"{f.attr}={self.local(f)}" for f in fields]
+        return g.const(self.cls) + "(" + ", ".join(args) + ")"
+
+    def _field(self, g: "_Gen", v: str, f: Field, malformed: str | None) -> None:
+        local = self.local(f)
+        where = g.where_expr()
+        if self.array:
+            bad = malformed
+        else:
+            bad = malformed or f"{where} + {': ' + repr(f.key) + ' has the wrong type'!r}"
+            if f.default is REQUIRED:
+                g.line(f"{local} = {v}.get({f.key!r}, _MISSING)")
+                g.fail_unless(f"{local} is not _MISSING", malformed or f"{where} + {' lacks ' + repr(f.key)!r}")
+            else:
+                g.line(f"{local} = {v}.get({f.key!r}, {f.default})")
+        if f.null:
+            g.line(f"if {local} is not None:")
+            g.indent += 1
+        value = f.kind.parse(g, local, bad, local)
+        if value != local:
+            g.line(f"{local} = {value}")
+        if f.null:
+            g.indent -= 1
+        if f.attr == self.ident:
+            g.past_ident.add(self.name)
+
+    # -------------------------------------------------------- dumping
+    def dump(self, x: str) -> str:
+        if self.cls is dict:
+            return x
+        if self.cls is tuple:
+            return f"list({x})"
+        parts = []
+        for f in self.fields:
+            value = f.kind.dump(f"{x}.{f.attr}")
+            if f.null and value != f"{x}.{f.attr}":
+                value = f"({value} if {x}.{f.attr} is not None else None)"
+            parts.append(value if self.array else f"{f.key!r}: {value}")
+        return ("[" + ", ".join(parts) + "]") if self.array else ("{" + ", ".join(parts) + "}")
+
+
+# ---------------------------------------------------------------- code
+class _Gen:
+    def __init__(self):
+        self.lines: list[str] = []
+        self.indent = 1
+        self.records: list[Record] = []
+        self.past_ident: set[str] = set()
+        self.namespace: dict[str, Any] = dict(_NAMESPACE)
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.indent + text)
+
+    def fail_unless(self, cond: str, message: str) -> None:
+        self.line(f"if not ({cond}):")
+        self.line(f"    fail({message})")
+
+    def const(self, obj) -> str:
+        name = f"_{obj.__name__}"
+        self.namespace[name] = obj
+        return name
+
+    def where_expr(self) -> str:
+        for r in reversed(self.records):
+            if r.where is not None:
+                if r.where0 is not None and r.name not in self.past_ident:
+                    return r.where0
+                return r.where
+        return repr("index")
+
+    def about(self, message: str) -> str:
+        """The expression of a message (an f-string body) with its record's prefix."""
+        for r in reversed(self.records):
+            if r.about is not None:
+                prefix = r.about
+                break
+        else:
+            prefix = ""
+        body = "f" + repr(message)
+        return f"{prefix} + ': ' + {body}" if prefix else body
+
+
+@contextmanager
+def paused_gc():
+    """The cyclic garbage collector held off while an index is read: its
+    tens of thousands of new objects (none in a cycle) would otherwise set
+    off collections that cost as much as the reading (118 ms against 55 ms
+    for 21,000 chunks). Collections resume afterwards, unless they were
+    off before."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def fail(message: str):
+    raise FormatError(f"index: {message}")
+
+
+def programs(values: list, t, cache: dict, where: str) -> tuple[list[Program], list[int]]:
+    """Programs and the number of streams each reads, checked against t.
+
+    Segments of a family, or taking one learned program, share it: each
+    distinct program is parsed and checked once per value type (per index
+    read). marshal (version 2: no back-references) is an exact, typed
+    image of the JSON value, 6x faster to make than json.dumps; a key that
+    differs only costs a parse."""
+    out, counts = [], []
+    tkey = str(t)
+    for obj in values:
+        key = (marshal.dumps(obj, 2), tkey)
+        hit = cache.get(key)
+        if hit is None:
+            try:
+                program = Program.from_json(obj)
+                hit = cache[key] = (program, program.check(t))
+            except ProgramError as e:
+                raise FormatError(f"{where}: {e}") from None
+        out.append(hit[0])
+        counts.append(hit[1])
+    return out, counts
+
+
+def check_tree(files: list, dirs: list[str]) -> None:
+    """No path twice, none under a file."""
+    paths = [f.path for f in files] + dirs
+    if len(set(paths)) != len(paths):
+        fail("a path appears twice")
+    file_paths = {f.path for f in files}
+    for p in paths:
+        parts = p.split("/")
+        for i in range(1, len(parts)):
+            if "/".join(parts[:i]) in file_paths:
+                fail(f"{p!r} lies under a file")
+
+
+_NAMESPACE = {"fail": fail, "programs": programs, "check_tree": check_tree, "check_path": check_path,
+              "is_hex": is_hex, "dtypes": dtypes, "tensor": tensor, "BYTES": BYTES, "prod": math.prod,
+              "MAX_CHUNK_BYTES": MAX_CHUNK_BYTES, "_MISSING": _MISSING}
+
+
+def parser(record: Record, args: str = "start, end"):
+    """The function reading `record` from its JSON value: f(value, args)."""
+    g = _Gen()
+    g.line("cache = {}")
+    value = record.parse(g, "obj", "'not an object'", "value")
+    g.line(f"return {value}")
+    source = f"def parse_{record.name}(obj, {args}):\n" + "\n".join(g.lines) + "\n"
+    exec(compile(source, f"<schema {record.name}>", "exec"), g.namespace)
+    fn = g.namespace[f"parse_{record.name}"]
+    fn.source = source
+    return fn
+
+
+def dumper(record: Record):
+    """The function making the JSON value of a `record.cls`."""
+    g = _Gen()
+    source = f"def dump_{record.name}(x):\n    return {record.dump('x')}\n"
+    exec(compile(source, f"<schema {record.name} dump>", "exec"), g.namespace)
+    fn = g.namespace[f"dump_{record.name}"]
+    fn.source = source
+    return fn
+
+
+# ---------------------------------------------------------------- docs
+def _records(record: Record, seen: list[Record]) -> list[Record]:
+    if record not in seen:
+        seen.append(record)
+        for f in record.fields:
+            kind = f.kind.item if isinstance(f.kind, List) else f.kind
+            if isinstance(kind, Record):
+                _records(kind, seen)
+    return seen
+
+
+def _kind_doc(kind: Kind) -> str:
+    if isinstance(kind, Record):
+        return f"`{kind.name}`" + (" (array)" if kind.array else "")
+    return kind.doc
+
+
+_JSON_DEFAULTS = {"None": "null", "{}": "{}"}
+
+
+def markdown(record: Record) -> str:
+    """The tables of docs/FORMAT.md: one per record, nested ones after."""
+    out = []
+    for r in _records(record, []):
+        out.append(f"`{r.name}`" + (" (an array)" if r.array else "") + f": {r.doc}")
+        out.append("")
+        out.append("| " + ("position" if r.array else "key") + " | type | if absent | meaning |")
+        out.append("|---|---|---|---|")
+        for f in r.fields:
+            kind = _kind_doc(f.kind) + (" or null" if f.null else "")
+            absent = "-" if r.array else (
+                "required" if f.default is REQUIRED else f"`{_JSON_DEFAULTS.get(f.default, f.default)}`")
+            key = str(f.key) if r.array else f"`{f.key}`"
+            out.append(f"| {key} | {kind} | {absent} | {f.doc} |")
+        checks = [c for c in r.items if isinstance(c, (Check, Run))]
+        if checks:
+            out.append("")
+            out.append("Checked, in this order with the fields:")
+            out.append("")
+            out += [f"- `{c.cond if isinstance(c, Check) else c.statement}`: {c.message}" for c in checks]
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def search_kind(stats: Any) -> SearchKind | None:
+    """The kind of search a segment's stats name; None where they name none
+    this version knows (the stats are informative: not checked on reading)."""
+    try:
+        return SearchKind(stats.get("search"))
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+DOC_BEGIN = "<!-- index schema: generated by `python -m brevis.archive.schema --write docs/FORMAT.md` -->"
+DOC_END = "<!-- end of index schema -->"
+
+
+def write_doc(path: str) -> None:
+    """Replace the generated tables in a copy of docs/FORMAT.md by the schema's."""
+    from .index import INDEX
+
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    a, b = text.index(DOC_BEGIN) + len(DOC_BEGIN), text.index(DOC_END)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text[:a] + "\n\n" + markdown(INDEX) + "\n" + text[b:])
+
+
+if __name__ == "__main__":
+    import sys
+
+    from brevis.archive import schema  # not this module's second copy, __main__
+    from brevis.archive.index import INDEX
+
+    if sys.argv[1:2] == ["--write"] and len(sys.argv) == 3:
+        schema.write_doc(sys.argv[2])
+    else:
+        print(schema.markdown(INDEX), end="")

@@ -1,0 +1,150 @@
+"""Atomic outputs: temporaries beside the output, moved into place once complete.
+
+Temporaries are named `.NAME.XXXXXXXX.partial` and locked (flock) by the
+run that writes them. A run killed outright (SIGKILL, power loss) cannot
+remove its own; the next run for the same output removes those that are
+older than itself and that no live process holds locked (the lock dies
+with its process). The archive writer, decompression's staging folder and
+extraction all make their outputs this way.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import shutil
+import signal
+import stat
+import tempfile
+import threading
+from pathlib import Path
+
+from ..errors import IOFailure
+
+
+def io_failure(e: OSError, what: str) -> IOFailure:
+    reason = "disk full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
+    return IOFailure(f"{what}: {reason}")
+
+
+TEMP_SUFFIX = ".partial"
+# ".NAME." + 8 random characters + ".partial" must fit in a 255-byte file name.
+_TEMP_NAME_BYTES = 255 - 1 - 1 - 8 - len(TEMP_SUFFIX)
+
+
+def temp_prefix(name: str) -> str:
+    """".NAME." for the temporaries of NAME, cut to keep the whole name short enough."""
+    return "." + os.fsdecode(os.fsencode(name)[:_TEMP_NAME_BYTES]) + "."
+
+
+def lock_temp(fd: int, path: Path) -> bool:
+    """Lock a temporary just created; False if a cleaner removed it first (make another).
+
+    Where the filesystem has no flock, the temporary stays unlocked, and
+    remove_stale leaves it alone for the same reason.
+    """
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        return True
+    try:
+        return os.lstat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def make_temp(parent: Path, name: str, folder: bool = False) -> tuple[Path, int]:
+    """A locked temporary file (or folder) for NAME in parent: (path, fd holding the lock).
+
+    Ctrl-C and SIGTERM are held back while it is made (in the main thread),
+    so an interruption cannot fall between its creation and the caller's
+    cleanup: it is raised here, after the temporary is removed again, or
+    once the caller holds it.
+    """
+    prefix = temp_prefix(name)
+    held = _hold_signals()
+    path = fd = None
+    try:
+        while True:
+            if folder:
+                path = Path(tempfile.mkdtemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=parent))
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+            else:
+                fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=parent)
+                path = Path(tmp)
+            if lock_temp(fd, path):
+                break
+            os.close(fd)
+            path = fd = None
+        if held is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a pending Ctrl-C is raised here
+            held = None
+        return path, fd
+    except BaseException:
+        if fd is not None:
+            os.close(fd)
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True) if folder else path.unlink(missing_ok=True)
+        raise
+    finally:
+        if held is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _hold_signals():
+    """Block SIGINT and SIGTERM in the main thread; the previous mask, or None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+def remove_stale(parent: Path, name: str, before_ns: int) -> list[Path]:
+    """Remove the temporaries of earlier runs for NAME in parent: entries named
+    like ours, last changed before `before_ns`, that no live process holds
+    locked. Best effort: anything unclear is left alone."""
+    pattern = re.compile(re.escape(os.fsencode(temp_prefix(name))) + rb"[a-z0-9_]{8}"
+                         + re.escape(TEMP_SUFFIX.encode()))
+    removed = []
+    try:
+        entries = os.listdir(os.fsencode(parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not pattern.fullmatch(entry):
+            continue
+        path = os.path.join(os.fsencode(parent), entry)
+        try:
+            st = os.lstat(path)
+            folder = stat.S_ISDIR(st.st_mode)
+            if st.st_mtime_ns >= before_ns or not (folder or stat.S_ISREG(st.st_mode)):
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | (os.O_DIRECTORY if folder else 0))
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while its run is alive
+            if os.lstat(path).st_ino != st.st_ino:
+                continue
+            if folder:
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+            removed.append(Path(os.fsdecode(path)))
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return removed
+
+
+def publish(fd: int, tmp: Path, path: Path) -> None:
+    """Move a complete temporary file into place: the usual permissions
+    (mkstemp made it private), then an atomic rename over `path`. Done while
+    the temporary is still open, so its lock keeps other runs' cleanup off
+    it until it is in place. OSError for the caller to report."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
+    os.replace(tmp, path)
