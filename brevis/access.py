@@ -46,7 +46,7 @@ import numpy as np
 
 from .archive.index import FileEntry, Index, SegmentEntry
 from .archive.reader import ArchiveReader
-from .archive.writer import io_failure, make_temp
+from .fs.atomic import io_failure, make_temp, publish
 from .dtypes import DType
 from .errors import InvalidArgument, OutputExists
 
@@ -293,10 +293,7 @@ def extract(archive: str | os.PathLike, names, output: str | os.PathLike, *, for
                         f.write(memoryview(data))
                     f.flush()
                     os.fsync(f.fileno())
-                    umask = os.umask(0)
-                    os.umask(umask)
-                    os.chmod(tmp, 0o666 & ~umask)
-                    os.replace(tmp, out)  # while still open: the lock covers it until it is in place
+                    publish(f.fileno(), tmp, out)
                 except OSError as e:
                     raise io_failure(e, f"cannot write {out}") from None
         except BaseException:

@@ -442,7 +442,7 @@ def compress_many(checkpoints: list[str | os.PathLike], outdir: str | os.PathLik
     (name, source, archive, status compressed/skipped/failed, sizes,
     ratio, seconds, verified, error); "ok" is True when none failed.
     """
-    from .archive.writer import remove_stale
+    from .fs.atomic import remove_stale
 
     start = time.perf_counter()
     out = Path(outdir)

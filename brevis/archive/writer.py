@@ -16,7 +16,7 @@ from pathlib import Path
 import zstandard
 
 from ..errors import IOFailure, OutputExists
-from ..fs.atomic import TEMP_SUFFIX, io_failure, lock_temp, make_temp, publish, remove_stale, temp_prefix  # noqa: F401
+from ..fs.atomic import io_failure, make_temp, publish, remove_stale
 from .format import HEADER_SIZE, Footer, index_digest, pack_header
 from .index import Index
 

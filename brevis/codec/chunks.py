@@ -30,7 +30,7 @@ import numpy as np
 
 from ..archive.index import DIGEST_BYTES, FileEntry
 from ..archive.reader import ArchiveReader
-from ..archive.writer import io_failure
+from ..fs.atomic import io_failure
 from ..errors import BrevisError, ChecksumError, FormatError, InvalidArgument
 from ..fs.sources import read_up_to
 from ..workers import Workers, open_workers

@@ -19,7 +19,7 @@ from contextlib import closing
 from pathlib import Path
 
 from ..archive.reader import ArchiveReader
-from ..archive.writer import io_failure, make_temp, remove_stale
+from ..fs.atomic import io_failure, make_temp, remove_stale
 from ..errors import InvalidArgument, IOFailure, OutputExists
 from ..fs.staging import check_inside, move_into_place, stage_parent
 from ..workers.heap import keep_freed_memory

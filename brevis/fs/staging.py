@@ -12,7 +12,7 @@ import errno
 import os
 from pathlib import Path
 
-from ..archive.writer import io_failure
+from .atomic import io_failure
 from ..errors import InvalidArgument, OutputExists
 
 

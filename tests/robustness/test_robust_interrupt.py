@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 import brevis
-from brevis.archive.writer import remove_stale
+from brevis.fs.atomic import remove_stale
 from robust_util import ENV, PTH
 from helpers import f16_layers, tree
 
