@@ -1,0 +1,254 @@
+"""The plan of an archive, as data: files -> segments -> chunk references.
+
+`scan` cuts every source file into segments (formats/; only headers are
+read). `lay_out` turns the scanned files into the plan's skeleton: a
+`PlannedFile` per file, in archive order, each with its `PlannedSegment`s,
+each with its `ChunkRef`s (what is read: a file, an offset, a number of
+elements). Everything but the programs is known from the layout, so the
+whole skeleton exists before any segment is planned.
+
+`plan_segments` then fills in each segment's program (its `Plan`, the base
+tensor it may be coded against, the program as the chunk tasks carry it),
+lazily and in archive order: the searches run on the pool a few segments
+ahead of encoding. Planning reads the segments' samples through the file's
+descriptor, which it opens on reaching the file's first segment; closing
+it, and checking the file did not change, is the assembler's (see
+assembler.Assembler), once the file's last chunk is in the index.
+
+Nothing here changes the index.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from .base_model import Base, BaseTensor
+from ..dsl.program import Program
+from ..dsl.types import BYTES, Field, tensor
+from ..errors import InvalidArgument, IOFailure
+from ..formats import Segment, layout
+from ..fs.sources import Source, read_exactly
+from ..synth.planner import Plan, Planner, SegmentInfo
+from ..synth.prior import Prior
+from ..synth.search import SearchResult
+from ..workers.pool import Pool, chunk_counts, ordered_map, ordered_pairs
+from ..workers.tasks import ChunkTask, LearnTask, run_learn
+
+
+@dataclass(eq=False)
+class ScannedFile:
+    """A source file as the scan found it: its size and mtime (the
+    changed-file check compares them), its format and its segments."""
+
+    source: Source
+    size: int
+    mtime_ns: int
+    format: str
+    segments: list[Segment]
+    fd: int = -1  # open while its segments are sampled
+
+    def open(self) -> None:
+        if self.fd < 0:
+            try:
+                self.fd = os.open(self.source.path, os.O_RDONLY)
+            except OSError as e:
+                raise InvalidArgument(f"cannot read {self.source.path}: {e.strerror}") from None
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def read(self, offset: int, length: int) -> bytes:
+        return read_exactly(self.fd, self.source.path, offset, length)
+
+    def check_unchanged(self) -> None:
+        try:
+            st = os.stat(self.source.path)
+        except OSError:
+            raise IOFailure(f"{self.source.path} disappeared while being read") from None
+        if st.st_size != self.size or st.st_mtime_ns != self.mtime_ns:
+            raise IOFailure(f"{self.source.path} changed while being read; archive not written")
+
+
+def scan(source: Source) -> ScannedFile:
+    try:
+        with open(source.path, "rb") as f:
+            st = os.fstat(f.fileno())
+            fmt, segments = layout(f, st.st_size, source.name)
+    except OSError as e:
+        raise InvalidArgument(f"cannot read {source.path}: {e.strerror}") from None
+    return ScannedFile(source, st.st_size, st.st_mtime_ns, fmt, segments)
+
+
+def value_type(seg: Segment) -> Field:
+    return tensor(seg.dtype) if seg.dtype else BYTES
+
+
+def segment_info(f: ScannedFile, seg: Segment, chunk_bytes: int, base: Base | None = None) -> SegmentInfo:
+    t = value_type(seg)
+    itemsize = t.container.itemsize
+    chunks = len(chunk_counts(seg.length // itemsize, itemsize, chunk_bytes, _row(seg)))
+    ref = base.match(f.source.name, seg.name, seg.dtype, seg.shape) if base else None
+    return SegmentInfo(seg.name, t, seg.shape, seg.length, chunks,
+                       lambda off, n: f.read(seg.offset + off, n), seg.records,
+                       ref.read if ref else None)
+
+
+def _row(seg: Segment) -> int:
+    """Elements per row: chunks hold whole rows (whole records for blocks)."""
+    if seg.records:
+        return sum(c * w for c, w in seg.records)
+    return seg.shape[-1] if seg.shape else 1
+
+
+# ------------------------------------------------------------ the plan's data
+@dataclass(eq=False)
+class PlannedFile:
+    """A file of the archive, in archive order, and its segments in file order."""
+
+    scanned: ScannedFile
+    path: str  # str() of the source's path, as the chunk tasks name it
+    segments: list[PlannedSegment] = field(default_factory=list)
+
+    @property
+    def source(self) -> Source:
+        return self.scanned.source
+
+
+@dataclass(eq=False)
+class PlannedSegment:
+    """A segment, its chunks (known from the layout) and, once planned,
+    its program (`plan`, None until then)."""
+
+    file: PlannedFile
+    segment: Segment
+    value_type: Field
+    type_name: str  # str(value_type), as the chunk tasks carry it
+    chunks: tuple[ChunkRef, ...] = ()
+    plan: Plan | None = None  # set by plan_segments
+    base: BaseTensor | None = None  # the base tensor it may be coded against
+    program_json: str = ""  # the planned program, as the chunk tasks carry it
+
+    @property
+    def planned(self) -> bool:
+        return self.plan is not None
+
+
+@dataclass(frozen=True, eq=False)
+class ChunkRef:
+    """One chunk: `n` elements (`length` bytes) at `offset` in the
+    segment's file, encoded with the segment's program."""
+
+    segment: PlannedSegment
+    offset: int  # in the source file
+    n: int  # elements
+    length: int  # bytes
+
+    def task(self) -> ChunkTask:
+        """The picklable job a worker runs (tasks.run_chunk)."""
+        ps = self.segment
+        base_path, base_offset, reference = None, 0, None
+        if ps.plan.program.uses_reference and ps.base is not None:
+            within = self.offset - ps.segment.offset
+            if ps.base.path is not None:
+                base_path, base_offset = ps.base.path, ps.base.offset + within
+            else:  # an archive: decoded here, the bytes travel with the task
+                reference = ps.base.read(within, self.length)
+        return ChunkTask(ps.file.path, self.offset, self.length, ps.type_name, ps.program_json,
+                         base_path, base_offset, reference)
+
+
+def lay_out(scanned: list[ScannedFile], chunk_bytes: int) -> list[PlannedFile]:
+    """The plan's skeleton: every file, segment and chunk, in archive order."""
+    files = []
+    for f in scanned:
+        pf = PlannedFile(f, str(f.source.path))
+        for seg in f.segments:
+            t = value_type(seg)
+            ps = PlannedSegment(pf, seg, t, str(t))
+            itemsize = t.container.itemsize
+            refs, offset = [], seg.offset
+            for n in chunk_counts(seg.length // itemsize, itemsize, chunk_bytes, _row(seg)):
+                refs.append(ChunkRef(ps, offset, n, n * itemsize))
+                offset += n * itemsize
+            ps.chunks = tuple(refs)
+            pf.segments.append(ps)
+        files.append(pf)
+    return files
+
+
+@functools.lru_cache(maxsize=1024)
+def program_text(program: Program) -> str:
+    """A program as the chunk tasks carry it: families and learned programs
+    share one program across many segments, so it is written out once."""
+    return json.dumps(program.to_json())
+
+
+def plan_segments(files: list[PlannedFile], planner: Planner, pool: Pool, chunk_bytes: int,
+                  base: Base | None) -> Iterator[PlannedSegment]:
+    """Every segment of the plan in archive order, each once its program is
+    set; the searches run on the pool, a few segments ahead of the caller.
+    Families are claimed here, in archive order, so the plan is the same
+    for any number of threads. A file is opened (for sampling) on reaching
+    its first segment; the assembler closes it."""
+
+    def items():
+        for pf in files:
+            if pf.segments:
+                pf.scanned.open()
+            for ps in pf.segments:
+                info = segment_info(pf.scanned, ps.segment, chunk_bytes, base)
+                family, leader = planner.claim_family(info)  # in archive order: deterministic
+                yield ps, info, family, leader
+
+    def plan(item) -> tuple[Plan, BaseTensor | None, str]:
+        ps, info, family, leader = item
+        seg = ps.segment
+        ref = base.match(ps.file.source.name, seg.name, seg.dtype, seg.shape) if base else None
+        p = planner.plan(info, family, leader)
+        return p, ref, program_text(p.program) if p.program is not None else ""
+
+    for (ps, *_), (p, ref, text) in ordered_pairs(pool.executor, plan, items(), 2 * pool.threads):
+        ps.plan, ps.base, ps.program_json = p, ref, text  # here, on the caller's thread
+        yield ps
+
+
+# ------------------------------------------------------------ learning the prior
+def _learn(planner: Planner, scanned: list[ScannedFile], pool: Pool, chunk_bytes: int,
+           base: Base | None = None, executor: Executor | None = None) -> Prior:
+    """Learn the prior; its searches run on `executor` (worker processes,
+    idle until the first chunk) where one is given and no base is used,
+    else on the pool."""
+    infos, places = [], {}
+    try:
+        for f in scanned:
+            f.open()
+            for seg in f.segments:
+                info = segment_info(f, seg, chunk_bytes, base)
+                infos.append(info)
+                places[id(info)] = (f, seg)
+        if executor is None or base is not None:
+            return planner.learn(infos, lambda fn, xs: pool.ordered_map(fn, xs))
+
+        def task(info: SegmentInfo) -> LearnTask:
+            f, seg = places[id(info)]
+            return LearnTask(str(f.source.path), seg.offset, seg.length, seg.name, str(info.t), seg.shape,
+                             seg.records, info.chunks, planner.effort.level)
+
+        def searched(_, chosen):
+            tasks = [task(info) for info in chosen]
+            for text, estimate, expanded, generated, exhausted, relative in ordered_map(
+                    executor, run_learn, tasks, len(tasks)):
+                program = Program.from_json(json.loads(text))
+                yield SearchResult(program, estimate, expanded, generated, exhausted), relative
+
+        return planner.learn(infos, searched)
+    finally:
+        for f in scanned:
+            f.close()

@@ -1,0 +1,218 @@
+"""The encoder's plan (codec/plan.py) and its assembler (codec/assembler.py).
+
+What must hold: the plan's skeleton names every file, segment and chunk
+in archive order before anything is planned; the assembler alone builds
+the index from it, in plan order: files without segments and segments
+without chunks in their places, duplicated chunks stored once, each file
+checked and closed once its last chunk is in the index (a file without
+segments when the assembler reaches it), chunks out of plan order
+refused. And compress() returns the archive's path as given.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import brevis
+from brevis.archive.reader import ArchiveReader
+from brevis.codec import encoder
+from brevis.codec.assembler import Assembler
+from brevis.codec.plan import lay_out, plan_segments, scan
+from brevis.errors import IOFailure
+from brevis.fs.sources import Source
+from brevis.synth.planner import Planner
+from brevis.workers.pool import Pool
+from brevis.workers.tasks import run_chunk
+from helpers import small_checkpoint, write_safetensors
+
+CHUNK = 4096
+
+
+class Writer:
+    """What the assembler needs of an ArchiveWriter: streams are counted, not written."""
+
+    def __init__(self):
+        self.streams: list[bytes] = []
+        self.offset = 0
+        self.index = None
+
+    def write_stream(self, data, crc):
+        where = (self.offset, len(data), crc)
+        self.streams.append(bytes(data))
+        self.offset += len(data)
+        return where
+
+    def finish(self, index):
+        self.index = index
+        return self.offset
+
+
+@pytest.fixture
+def tree(tmp_path) -> list[Source]:
+    """An empty file, a file with a duplicated tensor and an empty one, another empty file, text."""
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal(3000) * 0.02).astype(np.float16).tobytes()  # 6000 bytes: two chunks
+    (tmp_path / "a.bin").write_bytes(b"")
+    write_safetensors(tmp_path / "b.safetensors", {
+        "x.weight": ("F16", (3000,), w),
+        "empty": ("F32", (0,), b""),
+        "y.weight": ("F16", (3000,), w),  # the same bytes: stored once
+    })
+    (tmp_path / "c.bin").write_bytes(b"")
+    (tmp_path / "d.txt").write_text("text " * 100)
+    return [Source(n, tmp_path / n) for n in ["a.bin", "b.safetensors", "c.bin", "d.txt"]]
+
+
+def add(asm: Assembler, ref) -> None:
+    output = run_chunk(ref.task())
+    asm.add(ref, output, output.streams)
+
+
+def planned(sources: list[Source]):
+    scanned = [scan(s) for s in sources]
+    files = lay_out(scanned, CHUNK)
+    return scanned, files, list(plan_segments(files, Planner(1), Pool(1), CHUNK, None))
+
+
+def test_the_skeleton_holds_every_file_segment_and_chunk_before_planning(tree):
+    files = lay_out([scan(s) for s in tree], CHUNK)
+    assert [f.source.name for f in files] == ["a.bin", "b.safetensors", "c.bin", "d.txt"]
+    b = files[1]
+    names = [ps.segment.name for ps in b.segments]
+    assert "x.weight" in names and "empty" in names and "y.weight" in names
+    x = b.segments[names.index("x.weight")]
+    assert [(c.n, c.length) for c in x.chunks] == [(2048, 4096), (952, 1904)]
+    assert x.chunks[1].offset == x.chunks[0].offset + 4096 == x.segment.offset + 4096
+    assert b.segments[names.index("empty")].chunks == ()
+    assert not files[0].segments
+    assert all(not ps.planned for f in files for ps in f.segments)
+    assert sum(c.length for f in files for ps in f.segments for c in ps.chunks) == sum(
+        f.scanned.size for f in files)
+
+
+def test_the_assembler_builds_the_index_in_plan_order(tree):
+    scanned, files, segments = planned(tree)
+    assert all(ps.planned for ps in segments)
+    writer = Writer()
+    asm = Assembler(files, ["sub"], writer)
+    refs = [ref for ps in segments for ref in ps.chunks]
+    for ref in refs:
+        add(asm, ref)
+    size = asm.finish({"prior": 1})
+    index = writer.index
+    assert index is asm.index and size == writer.offset
+    assert index.dirs == ["sub"] and index.prior == {"prior": 1} and index.base is None
+    assert [f.path for f in index.files] == ["a.bin", "b.safetensors", "c.bin", "d.txt"]
+    assert [[s.name for s in f.segments] for f in index.files] == [
+        [ps.segment.name for ps in f.segments] for f in files]
+    for f, entry in zip(files, index.files):
+        assert entry.size == f.scanned.size
+        for ps, s in zip(f.segments, entry.segments):
+            assert [c.n for c in s.chunks] == [c.n for c in ps.chunks]
+            assert s.search == ps.plan.stats
+    seg = {s.name: s for s in index.files[1].segments}
+    assert seg["empty"].chunks == [] and seg["empty"].programs == []
+    assert seg["x.weight"].chunks[0].streams == seg["y.weight"].chunks[0].streams  # deduplicated
+    assert len(writer.streams) < sum(len(run_chunk(r.task()).streams) for r in refs)
+    assert all(f.fd == -1 for f in scanned)
+
+
+def test_a_file_is_released_after_its_last_chunk(tree):
+    scanned, files, segments = planned(tree)
+    asm = Assembler(files, [], Writer())
+    b = files[1]
+    refs = [ref for ps in segments for ref in ps.chunks]
+    last_of_b = max(i for i, r in enumerate(refs) if r.segment.file is b)
+    assert b.scanned.fd >= 0  # opened for planning
+    for i, ref in enumerate(refs):
+        add(asm, ref)
+        assert (b.scanned.fd >= 0) == (i < last_of_b), i
+        if i == 0:  # reaching b released a.bin (no segments) on the way
+            assert [f.path for f in asm.index.files] == ["a.bin", "b.safetensors"]
+    asm.finish(None)
+
+
+def test_a_changed_file_without_segments_is_caught_when_reached(tree):
+    scanned, files, segments = planned(tree)
+    asm = Assembler(files, [], Writer())
+    st = os.stat(tree[2].path)
+    os.utime(tree[2].path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # c.bin, after b.safetensors
+    refs = [ref for ps in segments for ref in ps.chunks]
+    b_refs = [r for r in refs if r.segment.file is files[1]]
+    with pytest.raises(IOFailure, match="c.bin changed while being read"):
+        for ref in b_refs:
+            add(asm, ref)
+    assert [f.path for f in asm.index.files] == ["a.bin", "b.safetensors", "c.bin"]
+
+
+def test_chunks_out_of_plan_order_are_refused(tree):
+    _, files, segments = planned(tree)
+    asm = Assembler(files, [], Writer())
+    refs = [ref for ps in segments for ref in ps.chunks]
+    x = next(ps for ps in segments if ps.segment.name == "x.weight")
+    for ref in refs[:refs.index(x.chunks[0])]:
+        add(asm, ref)
+    with pytest.raises(AssertionError, match="out of plan order"):
+        add(asm, x.chunks[1])  # its first chunk skipped
+    asm = Assembler(files, [], Writer())
+    add(asm, refs[0])
+    with pytest.raises(AssertionError):
+        add(asm, refs[-1])  # a later segment before this one is complete
+    with pytest.raises(AssertionError, match="before its plan"):
+        Assembler(files, [], Writer()).finish(None)
+
+
+def test_a_segment_without_chunks_waits_for_its_plan(tree):
+    _, files, _ = planned(tree)
+    b = files[1]
+    empty = next(ps for ps in b.segments if not ps.chunks)
+    plan, empty.plan = empty.plan, None  # as if still being planned
+    asm = Assembler(files, [], Writer())
+    before = [ref for ps in b.segments[:b.segments.index(empty)] for ref in ps.chunks]
+    for ref in before:
+        add(asm, ref)
+    assert [s.name for s in asm.index.files[1].segments] == [ps.segment.name for ps in b.segments[
+        :b.segments.index(empty)]]
+    empty.plan = plan
+    rest = [ref for f in files for ps in f.segments for ref in ps.chunks if ref not in before]
+    for ref in rest:
+        add(asm, ref)
+    asm.finish(None)
+    assert "empty" in [s.name for s in asm.index.files[1].segments]
+
+
+@pytest.mark.parametrize("kw", [{"threads": 1}, {"threads": 2, "processes": False},
+                                {"threads": 2, "processes": True}], ids=["inline", "threads", "processes"])
+def test_the_summary_names_the_archive_given(tmp_path, kw):
+    src = small_checkpoint(tmp_path / "ckpt")
+    out = tmp_path / "out.brv"
+    assert encoder.compress([src], out, **kw)["archive"] == str(out)
+    assert brevis.compress([src], str(out), force=True, **kw)["archive"] == str(out)
+
+
+def test_empty_files_and_tensors_give_the_same_archive_for_any_threads(tree, tmp_path):
+    digests = set()
+    for i, kw in enumerate([{"threads": 1}, {"threads": 2, "processes": False},
+                            {"threads": 2, "processes": True, "batch_bytes": 1}]):
+        out = tmp_path / f"{i}.brv"
+        encoder.compress([s.path for s in tree], out, chunk_bytes=CHUNK, **kw)
+        digests.add(out.read_bytes())
+    assert len(digests) == 1
+    with ArchiveReader(out) as reader:
+        assert [f.path for f in reader.index.files] == ["a.bin", "b.safetensors", "c.bin", "d.txt"]
+
+
+def test_the_encoders_batch_size_keeps_its_former_name():
+    assert encoder.BATCH_BYTES == encoder.WORKER_BATCH_BYTES
+    from brevis.codec import decoder
+    assert decoder.BATCH_BYTES != encoder.WORKER_BATCH_BYTES  # two different sizes
+
+
+def test_paths_are_kept_as_given(tmp_path):
+    src = small_checkpoint(tmp_path / "ckpt")
+    rel = Path(os.path.relpath(tmp_path / "rel.brv"))
+    assert brevis.compress([src], rel)["archive"] == str(rel)
