@@ -98,7 +98,7 @@ def compress_task(source: str, archive: str, prior_json: str | None, effort: int
     fix (BrevisError other than I/O) come back in the result; anything
     else (I/O, memory, a bug) is raised for the engine to retry.
     """
-    from .codec.encoder import BATCH_BYTES, compress
+    from .codec.encoder import WORKER_BATCH_BYTES, compress
 
     start = time.perf_counter()
     prior = Prior.from_json(json.loads(prior_json)) if prior_json else None
@@ -113,7 +113,7 @@ def compress_task(source: str, archive: str, prior_json: str | None, effort: int
             with worker_client() as client:
                 workers = max(1, len(client.scheduler_info().get("workers", {})))
                 s = compress([source], archive, executor=client.get_executor(pure=False), window=2 * workers,
-                             batch_bytes=batch_bytes or BATCH_BYTES, **kw)
+                             batch_bytes=batch_bytes or WORKER_BATCH_BYTES, **kw)
         else:
             s = compress([source], archive, **kw)
     except IOFailure:
@@ -437,7 +437,7 @@ def compress_many(checkpoints: list[str | os.PathLike], outdir: str | os.PathLik
     task inside brevis.compress. `base`: a base model every checkpoint is
     coded against (compress --base). On Dask, a checkpoint with a file of
     `split_bytes` or more has its chunks encoded across the cluster, in
-    jobs of about `batch_bytes` (default encoder.BATCH_BYTES).
+    jobs of about `batch_bytes` (default encoder.WORKER_BATCH_BYTES).
     `progress(report)` is called as each checkpoint finishes. Returns a summary with a report per checkpoint
     (name, source, archive, status compressed/skipped/failed, sizes,
     ratio, seconds, verified, error); "ok" is True when none failed.

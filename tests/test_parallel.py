@@ -30,7 +30,7 @@ from brevis.workers import tasks as jobs
 from brevis.errors import InvalidArgument, IOFailure
 from brevis.workers import shared
 from brevis.workers.pool import runs
-from brevis.workers.processes import chunk_processes
+from brevis.workers.processes import WorkerProcesses
 from helpers import REPO, f16_layers, signal_and_wait, start_with_workers, write_safetensors
 
 PTH = REPO / "examples" / "taesd" / "taef2_decoder.pth"
@@ -130,7 +130,7 @@ def test_task_reads_its_own_bytes(tmp_path):
     with pytest.raises(IOFailure, match="shrank while being read"):
         jobs.run_chunk(jobs.ChunkTask(str(f), 4, len(data) + 10, "u8", program))
     # The same errors come back from a worker process.
-    ex = chunk_processes(1)
+    ex = WorkerProcesses(1)
     try:
         with pytest.raises(IOFailure, match="shrank while being read"):
             ex.submit(jobs.run_chunks, [jobs.ChunkTask(str(f), 4, len(data) + 10, "u8", program)]).result()

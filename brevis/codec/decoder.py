@@ -28,7 +28,6 @@ from .chunks import (PROCESS_JOB_BYTES, PROCESS_MIN_BYTES, THREAD_JOB_BYTES, Chu
                      Progress, WriteInPlace, executing, processes_for, run_jobs)
 from .verifier import verify  # noqa: F401
 
-BATCH_BYTES = THREAD_JOB_BYTES  # its former name (a thread-pool job's size, not the encoder's batches)
 
 
 def default_output(archive: Path) -> Path:

@@ -20,11 +20,9 @@
 from __future__ import annotations
 
 import functools
-import mmap
 import os
 import time
 from concurrent.futures import Executor
-from contextlib import contextmanager
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Callable, Iterator
@@ -32,10 +30,12 @@ from typing import Callable, Iterator
 from .assembler import Assembler
 from .base_model import Base
 from ..archive.writer import ArchiveWriter
-from ..errors import BrevisError, InvalidArgument, IOFailure
-from ..workers.tasks import (ChunkOutput, ChunkTask, LearnTask, SharedBatch, encode_repairing, parse_program,  # noqa: F401
-                             release_batch, run_chunk, run_chunks, run_chunks_shared, run_learn)
-from ..workers.pool import CHUNK_BYTES, ChunkProcesses, Pool, can_start_processes, chunk_processes, ordered_pairs, runs
+from ..errors import BrevisError, InvalidArgument
+from ..workers import Workers, open_workers
+from ..workers.processes import WorkerProcesses
+from ..workers.shared import read_batch, release_batch
+from ..workers.tasks import ChunkTask, run_chunks, run_chunks_shared
+from ..workers.pool import CHUNK_BYTES, Pool, ordered_pairs, runs
 from ..workers.heap import keep_freed_memory
 from ..fs.sources import Source, collect
 from ..synth.planner import DEFAULT_EFFORT, Planner
@@ -70,11 +70,9 @@ PROCESS_MIN_BYTES = 8 << 20
 # about this many original bytes, and at most this many chunks: every
 # result costs the main process a few GIL hand-offs, which the planning
 # threads make slow (measured: 1 MiB jobs ran at a third of the workers'
-# speed while one thread searched). Not the decoder's BATCH_BYTES (the
-# bytes of one thread-pool job there).
+# speed while one thread searched).
 WORKER_BATCH_BYTES = 4 << 20
 WORKER_BATCH_CHUNKS = 64
-BATCH_BYTES = WORKER_BATCH_BYTES  # the former name, as fleet.py imports it
 
 
 def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, threads: int = 1,
@@ -109,9 +107,10 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
     scanned: list = []  # closed on the way out, whatever happened
     base_model = Base.open(base) if base is not None else None
     pids: set[int] = set()
-    own = None
-    if executor is None:  # before any thread of ours starts (see parallel.process_context)
-        own = executor = open_chunk_processes(threads, _total_bytes(files), processes)
+    own = Workers(None)
+    if executor is None:  # before any thread of ours starts, so that workers can fork
+        own = open_workers(threads, _total_bytes(files), PROCESS_MIN_BYTES, processes)
+        executor = own.executor
     try:
         # Threads only where asked for (processes=False): measured (scaling.md), planning
         # threads fight over the GIL with the thread taking results, and a thread pool
@@ -133,11 +132,11 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
             chunks = (ref for ps in plan_segments(files_plan, planner, pool, chunk_bytes, base_model)
                       for ref in ps.chunks)
             # Workers on this machine: streams come back through shared memory.
-            shared = isinstance(executor, ChunkProcesses) and executor.shared
+            shared = isinstance(executor, WorkerProcesses) and executor.shared
             run = functools.partial(run_chunks_shared, owner=os.getpid()) if shared else run_chunks
             for refs, result in ordered_pairs(chunk_executor, run, _batches(chunks, *batch), chunk_window,
                                               _tasks, release_batch):
-                with _streams_of(result) as outputs:
+                with read_batch(result) as outputs:
                     for ref, (chunk_output, streams) in zip(refs, outputs):
                         pids.add(chunk_output.pid)
                         assembler.add(ref, chunk_output, streams)
@@ -148,9 +147,7 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
     except BrokenProcessPool:
         raise BrevisError("a chunk worker process died (killed, or out of memory); archive not written") from None
     finally:
-        if own is not None:
-            # Queued jobs are dropped; running ones are short (one chunk each).
-            own.shutdown(wait=True, cancel_futures=True)
+        own.shutdown()  # queued jobs are dropped; running ones are short
         for f in scanned:
             f.close()
         if base_model is not None:
@@ -172,15 +169,6 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
     }
 
 
-def open_chunk_processes(threads: int, total_bytes: int, processes: bool | None = None):
-    """Worker processes for the chunks of an input of total_bytes, or None
-    where they would not pay (see compress). The caller shuts them down."""
-    if threads > 1 and processes is not False and can_start_processes():
-        if processes or total_bytes >= PROCESS_MIN_BYTES:
-            return chunk_processes(threads)
-    return None
-
-
 def _total_bytes(files: list[Source]) -> int:
     total = 0
     for s in files:
@@ -194,37 +182,6 @@ def _total_bytes(files: list[Source]) -> int:
 def _batches(chunks: Iterator[ChunkRef], max_bytes: int, max_chunks: int) -> Iterator[list[ChunkRef]]:
     """Consecutive chunks, grouped up to max_bytes or max_chunks (at least one a batch)."""
     return runs(chunks, lambda ref: ref.length, max_bytes, max_chunks)
-
-
-@contextmanager
-def _streams_of(result: list[ChunkOutput] | SharedBatch):
-    """(output, streams) of a batch's chunks; streams in a shared file are
-    read in place from a mapping of it, the file unlinked at once."""
-    if not isinstance(result, SharedBatch):
-        yield [(o, o.streams) for o in result]
-        return
-    try:
-        fd = os.open(result.name, os.O_RDONLY)
-    except OSError as e:
-        raise IOFailure(f"cannot read a worker's results {result.name}: {e.strerror}") from None
-    os.unlink(result.name)
-    size = max((a + n for o in result.outputs for a, n in o.spans), default=0)
-    try:
-        # Populated at once: one call instead of a page fault per 4 KiB as the writer copies.
-        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-        data = mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ) if size else b""
-    finally:
-        os.close(fd)
-    whole = memoryview(data)
-    try:
-        yield [(o, [whole[a:a + n] for a, n in o.spans]) for o in result.outputs]
-    finally:
-        whole.release()
-        if size:
-            try:
-                data.close()
-            except BufferError:  # a slice still referenced: the mapping goes with it
-                pass
 
 
 def _tasks(batch: list[ChunkRef]) -> list[ChunkTask]:

@@ -150,7 +150,6 @@ class Planner:
     def __init__(self, level: int = DEFAULT_EFFORT, prior: Prior | None = None):
         self.effort = effort(level)
         self.prior = prior or Prior()
-        self.given_prior = prior is not None
         self.families: dict[tuple, _Family] = {}
         self.lock = threading.Lock()
 

@@ -18,7 +18,6 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator, TypeVar
 
 # Where they were before processes.py: the encoder imports them from here.
-from .processes import ChunkProcesses, can_start_processes, chunk_processes, process_context  # noqa: F401
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -163,13 +163,6 @@ class WorkerProcesses(ProcessPoolExecutor):
                 self.starter.join()
 
 
-ChunkProcesses = WorkerProcesses  # the encoder's name for them
-
-
-def chunk_processes(workers: int) -> WorkerProcesses:
-    return WorkerProcesses(workers)
-
-
 class Workers:
     """What open_workers gives: worker processes (`executor`), or None where
     they would not pay. Entered, it gives the executor (or None); left, it

@@ -33,9 +33,7 @@ from ..dsl.types import Field, tensor
 from ..dtypes import lookup
 from ..errors import NotApplicable
 from ..fs.sources import read_at
-# Where they were before shared.py and processes.py: the encoder and older callers import them from here.
-from .processes import warm_up, worker_init  # noqa: F401
-from .shared import SHM_DIR, SharedBatch, release_batch, remove_stale_batches, shm_prefix, write_batch  # noqa: F401
+from .shared import SharedBatch, write_batch
 
 
 @dataclass(frozen=True)

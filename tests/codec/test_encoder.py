@@ -206,12 +206,6 @@ def test_empty_files_and_tensors_give_the_same_archive_for_any_threads(tree, tmp
         assert [f.path for f in reader.index.files] == ["a.bin", "b.safetensors", "c.bin", "d.txt"]
 
 
-def test_the_encoders_batch_size_keeps_its_former_name():
-    assert encoder.BATCH_BYTES == encoder.WORKER_BATCH_BYTES
-    from brevis.codec import decoder
-    assert decoder.BATCH_BYTES != encoder.WORKER_BATCH_BYTES  # two different sizes
-
-
 def test_paths_are_kept_as_given(tmp_path):
     src = small_checkpoint(tmp_path / "ckpt")
     rel = Path(os.path.relpath(tmp_path / "rel.brv"))
