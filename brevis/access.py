@@ -242,6 +242,14 @@ def _safetensors_header(chosen: list[tuple[str, SegmentEntry]]) -> bytes:
     return struct.pack("<Q", len(text)) + text
 
 
+def _same_file(a, b) -> bool:
+    """Whether two paths name one file (through links too)."""
+    try:
+        return Path(a).absolute() == Path(b).absolute() or os.path.samefile(a, b)
+    except OSError:  # one of them does not exist
+        return False
+
+
 def extract(archive: str | os.PathLike, names, output: str | os.PathLike, *, force: bool = False,
             threads: int = 1, base=None) -> dict:
     """Write the named tensors to a safetensors file, bit for bit.
@@ -271,6 +279,9 @@ def extract(archive: str | os.PathLike, names, output: str | os.PathLike, *, for
         if any(name == "__metadata__" for name, _ in chosen):
             raise InvalidArgument("a tensor named '__metadata__' cannot be written to safetensors")
         header = _safetensors_header(chosen)
+        for read in [archive] + ([base] if base is not None else []):
+            if _same_file(read, out):
+                raise InvalidArgument(f"the output {out} is also an input ({read}): it would be replaced")
         if out.is_dir():
             raise OutputExists(f"{out} is a folder")
         if os.path.lexists(out) and not force:

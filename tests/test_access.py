@@ -325,6 +325,20 @@ def test_extract_refuses(many, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["x.safetensors"]
 
 
+def test_extract_refuses_to_replace_its_own_archive(many, tmp_path, capsys):
+    """`extract A.brv NAME -o A.brv -f` once replaced the archive it read (issue 16)."""
+    _, archive = many
+    before = archive.read_bytes()
+    link = tmp_path / "link.brv"
+    link.symlink_to(archive)
+    for out in (archive, link):
+        with pytest.raises(InvalidArgument, match="also an input"):
+            brevis.extract(archive, ["scalar"], out, force=True)
+    assert archive.read_bytes() == before
+    code, _, err = run(capsys, "extract", archive, "scalar", "-o", archive, "-f")
+    assert code == 2 and "also an input" in err and archive.read_bytes() == before
+
+
 def run(capsys, *args) -> tuple[int, str, str]:
     """The CLI in this process: (exit code, stdout, stderr)."""
     from brevis.cli import main
