@@ -112,7 +112,7 @@ class Archive(Mapping):
     """A read-only mapping from tensor name to numpy array; see the module doc."""
 
     def __init__(self, path: str | os.PathLike, *, ml_dtypes: bool | None = None, base=None):
-        from .codec.decoder import ChunkDecoder
+        from .codec.chunks import ChunkDecoder
 
         self.path = Path(path)
         self._ml = _ml_dtypes(ml_dtypes)

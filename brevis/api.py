@@ -18,7 +18,8 @@ from pathlib import Path
 
 from .access import Archive, extract, ls, open_archive
 from .archive.reader import ArchiveReader
-from .codec.decoder import decompress, verify
+from .codec.decoder import decompress
+from .codec.verifier import verify
 from .codec.encoder import compress
 from .fleet import compress_many
 

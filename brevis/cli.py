@@ -209,7 +209,7 @@ def prior_learn(sources, output, force, effort, threads):
 @json_option
 def decompress(archive, output, force, base, threads, quiet, as_json):
     """Rebuild every archived file, byte for byte."""
-    from .codec.decoder import processes_for
+    from .codec.chunks import processes_for
 
     threads = threads or default_threads()
     with processes_for(archive, threads) as workers, progress_bar(0, quiet, "decompress") as update:
@@ -228,7 +228,7 @@ def decompress(archive, output, force, base, threads, quiet, as_json):
 @json_option
 def verify(archive, sources, base, threads, quiet, as_json):
     """Decode everything and check every checksum (exit 0 only if all match)."""
-    from .codec.decoder import processes_for
+    from .codec.chunks import processes_for
 
     threads = threads or default_threads()
     with processes_for(archive, threads) as workers, progress_bar(0, quiet, "verify") as update:

@@ -28,7 +28,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..archive.index import DIGEST_BYTES, FileEntry
+from ..archive.index import DIGEST_BYTES
 from ..archive.reader import ArchiveReader
 from ..fs.atomic import io_failure
 from ..errors import BrevisError, ChecksumError, FormatError, InvalidArgument
@@ -89,12 +89,9 @@ class ChunkDecoder:
             reference = np.frombuffer(ref, dtype=seg.value_type.container)
         return self.reader.decode_chunk(seg, chunk, reference)
 
-    def work(self, entry: FileEntry) -> list[tuple]:
-        """(segment, chunk, byte offset in the segment) for every chunk of a file."""
-        return [w for seg in entry.segments for w in self.work_segment(seg)]
-
     @staticmethod
     def work_segment(seg) -> list[tuple]:
+        """(segment, chunk, byte offset in the segment) for every chunk of a segment."""
         out, start = [], 0
         for chunk in seg.chunks:
             out.append((seg, chunk, start))

@@ -23,10 +23,7 @@ from ..fs.atomic import io_failure, make_temp, remove_stale
 from ..errors import InvalidArgument, IOFailure, OutputExists
 from ..fs.staging import check_inside, move_into_place, stage_parent
 from ..workers.heap import keep_freed_memory
-# Imported from here by api.py, access.py and cli.py.
-from .chunks import (PROCESS_JOB_BYTES, PROCESS_MIN_BYTES, THREAD_JOB_BYTES, ChunkDecoder, Executing,  # noqa: F401
-                     Progress, WriteInPlace, executing, processes_for, run_jobs)
-from .verifier import verify  # noqa: F401
+from .chunks import ChunkDecoder, Executing, Progress, WriteInPlace, executing, run_jobs
 
 
 
