@@ -219,6 +219,20 @@ def cases_zstd(rng):
     ]
 
 
+def cases_ans(rng):
+    w = weights(rng, 129)
+    few = np.where(rng.random(100) < 0.9, 0x3C, 0xBC).astype(np.uint8)
+    return [
+        case("f32 weights whole (bins over the top 16 bits, 16 offset bits at least)", T("F32"),
+             node("ans"), bits_of(w)),
+        case("bf16 weights, odd length", T("BF16"), node("ans"), bf16(w)),
+        case("f32 exponents (order 0)", Field(8), node("ans"), (bits_of(w) >> 23) & 0xFF),
+        case("two values, one bit of information", Field(8), node("ans"), few),
+        case("one value", Field(12), node("ans"), np.full(9, 0x123, np.uint16)),
+        case("empty", Field(16), node("ans"), np.zeros(0, np.uint16)),
+    ]
+
+
 def cases_constant(rng):
     return [
         case("norm weight of ones", T("F32"), node("constant", value=0x3F800000),
@@ -440,7 +454,7 @@ def cases_sub_base(rng):
 # Production id -> its cases. A production registered without an entry here
 # makes --productions fail (and tests/archive/test_golden_productions.py).
 PRODUCTION_CASES = {
-    "raw": cases_raw, "zstd": cases_zstd, "constant": cases_constant, "affine": cases_affine,
+    "raw": cases_raw, "zstd": cases_zstd, "ans": cases_ans, "constant": cases_constant, "affine": cases_affine,
     "bit_fields": cases_bit_fields, "float_fields": cases_float_fields, "low_zero_bits": cases_low_zero_bits,
     "pack_bits": cases_pack_bits, "partition": cases_partition, "rank": cases_rank,
     "byte_planes": cases_byte_planes, "records": cases_records, "row_dedup": cases_row_dedup,

@@ -1,7 +1,8 @@
 """The typed DSL: value types, operators, coders, programs, interpreter."""
 
-from . import coders, constant, delta, fields, planes, records, reference, regions, symbols  # noqa: F401
+from . import coders, constant, delta, entropy, fields, planes, records, reference, regions, symbols  # noqa: F401
 from .coders import Raw, Zstd
+from .entropy import Ans
 from .constant import Constant
 from .delta import Delta, Transpose, XorDelta, ZigZag
 from .fields import BitFields, FloatFields, LowZeroBits, PackBits
@@ -16,7 +17,7 @@ from .program import Program
 from .types import Field, Tensor, tensor
 
 __all__ = [
-    "Affine", "Delta", "Records", "SubBase", "XorBase", "Partition", "Rank", "RowDedup", "Sparse", "Transpose", "XorDelta", "ZigZag",
+    "Ans", "Affine", "Delta", "Records", "SubBase", "XorBase", "Partition", "Rank", "RowDedup", "Sparse", "Transpose", "XorDelta", "ZigZag",
     "REGISTRY", "BitFields", "BytePlanes", "Constant", "Field",
     "FloatFields", "LowZeroBits", "PackBits", "Program", "Raw",
     "Tensor", "Zstd", "decode", "encode", "tensor",

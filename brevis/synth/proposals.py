@@ -13,14 +13,15 @@ from functools import cached_property
 
 import numpy as np
 
-from ..dsl import (Affine, BitFields, BytePlanes, Records, SubBase, XorBase, Constant, Delta, Field, FloatFields, LowZeroBits, PackBits,
+from ..dsl import (Ans, Affine, BitFields, BytePlanes, Records, SubBase, XorBase, Constant, Delta, Field, FloatFields, LowZeroBits, PackBits,
                    Partition, Rank, Raw, RowDedup, Sparse, Tensor, Transpose, XorDelta, ZigZag, Zstd)
 from ..dsl.operator import Operator, Production
+from ..errors import ProgramError
 
 MAX_DEPTH = 6
 SMALL_VALUE = 64  # elements per sample slice below which only coders are tried
 MAX_CLASSES = 4  # sub-streams of a partition, besides the rest
-CODERS = (Raw(), Zstd.entropy(), Zstd.at_level(3))
+CODERS = (Raw(), Zstd.entropy(), Zstd.at_level(3), Ans())
 BYTE_CODERS = CODERS + (Zstd.at_level(9),)
 NIBBLES = BitFields(groups=[[[4, 4]], [[0, 4]]])
 HALF_FIELDS = BitFields(groups=[[[10, 5]], [[15, 1], [0, 10]]])
@@ -95,9 +96,21 @@ def _histogram(x: np.ndarray, t: Field) -> tuple[np.ndarray, np.ndarray]:
     return np.unique(x, return_counts=True)
 
 
+def coders_for(t: Field, opaque: bool = False) -> list[Production]:
+    """The coder leaves that take values of type t."""
+    out = []
+    for coder in BYTE_CODERS if opaque else CODERS:
+        try:
+            coder.accepts(t)
+        except ProgramError:
+            continue
+        out.append(coder)
+    return out
+
+
 def proposals(v: Value) -> list[Production]:
     t, x = v.t, v.joined
-    out: list[Production] = list(BYTE_CODERS if v.opaque else CODERS)
+    out: list[Production] = coders_for(t, v.opaque)
     if v.depth >= MAX_DEPTH or not len(x):
         return out
     if len(x) < SMALL_VALUE * len(v.slices) and not v.is_constant:

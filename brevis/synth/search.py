@@ -30,7 +30,7 @@ from ..dsl.program import Program
 from ..dsl.interpreter import forward
 from ..errors import NotApplicable
 from .prior import Prior
-from .proposals import CODERS, Value, child_row, proposals
+from .proposals import Value, child_row, coders_for, proposals
 
 STREAM_INDEX_BYTES = 6  # what one stream location costs in the (compressed) index
 PRUNE_MAX_BYTES = 8 << 20  # the prior prunes productions only in searches of smaller segments
@@ -158,7 +158,7 @@ class Search:
         """A fixed pipeline, costed without spending budget: float fields
         (exponent, sign+mantissa) or byte planes, each leaf its best coder.
         A search cut short by its budget never returns worse than this."""
-        leaf = min(((self.leaf_cost(v, c), Program.leaf(c)) for c in CODERS), key=lambda cp: cp[0])
+        leaf = min(((self.leaf_cost(v, c), Program.leaf(c)) for c in coders_for(v.t)), key=lambda cp: cp[0])
         if isinstance(v.t, Tensor) and v.t.dtype.is_float and v.t.bits > 8:
             op: Operator = FloatFields(grouping="e|sm")
         elif v.t.bits > 8:

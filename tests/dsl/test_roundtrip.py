@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from brevis.dsl import (REGISTRY, SubBase, XorBase, Affine, BitFields, BytePlanes, Constant, Delta, FloatFields, LowZeroBits,
+from brevis.dsl import (REGISTRY, Ans, SubBase, XorBase, Affine, BitFields, BytePlanes, Constant, Delta, FloatFields, LowZeroBits,
                         PackBits, Partition, Program, Rank, Raw, Records, RowDedup, Sparse, Transpose, XorDelta, ZigZag,
                         Zstd, encode)
 from brevis.dsl.operator import Coder
@@ -382,6 +382,9 @@ def reference_case(cls) -> Case:
 CASES: dict[str, list[Case]] = {
     "raw": [Case("raw", lambda t: Program.leaf(Raw()))],
     "zstd": [zstd_case(z) for z in ZSTD_CONFIGS],
+    "ans": [Case("ans", _only(lambda t: t.bits <= 32)(lambda t: Program.leaf(Ans()))),
+            Case("byte_planes>ans", _only(lambda t: t.bits <= 64)(
+                lambda t: Program.op(BytePlanes(), *(Program.leaf(Ans()) for _ in BytePlanes().output_types(t)))))],
     "constant": [
         constant_case("constant(0)", lambda t: 0),
         constant_case("constant(max)", lambda t: mask(t.bits)),
@@ -744,7 +747,7 @@ def test_zstd_configs_roundtrip_through_json(**config):
 
 
 # ---- coders refuse streams of the wrong size
-@pytest.mark.parametrize("coder", [Raw(), Zstd.at_level(3)], ids=str)
+@pytest.mark.parametrize("coder", [Raw(), Zstd.at_level(3), Ans()], ids=str)
 def test_coder_rejects_streams_of_the_wrong_length(coder):
     t = Field(16)
     x = np.arange(10, dtype=np.uint16)

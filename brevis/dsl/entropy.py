@@ -1,0 +1,328 @@
+"""The `ans` coder leaf: binned rANS for fields of up to 32 bits.
+
+zstd's entropy stage is Huffman, which spends a whole number of bits per
+symbol and sees one byte at a time: on a float's exponent (about 2.6 bits
+of information) it loses 0.03-0.1 bits a value, and it cannot see that
+within one exponent the top mantissa bits of bell-shaped weights are not
+flat, or that a tensor's 16-bit values have 10 bits of entropy. This coder
+codes each value as a *bin* (rANS, in -log2(frequency) bits) and an
+*offset* in the bin (raw bits). The bins are the leaves of a binary trie
+over the value's top 16 bits (all of them for narrower fields), chosen
+per stream by dynamic programming: a node is split where what its halves'
+distinct frequencies save pays for one more entry in the model. Where the
+trie reaches single values it is an order-0 code of the field; where it
+stops early it is pcodec's binning in bit-pattern space (a float's bins
+are an exponent and a mantissa prefix).
+
+Stream layout (little-endian; docs/FORMAT.md):
+
+    u8 P                      bin frequencies sum to 2**P, 1 <= P <= 16
+    trie                      2-bit codes in pre-order, four to a byte, low bits
+                              first: 0 empty, 1 bin, 2 split (never below 1 key)
+    varint freq - 1           per bin, in trie order
+    varint rans length        then the rANS bytes: 4 x u32 final states, u16 words
+    offset bits               the rest: each value's low obits, LSB first
+
+An empty value is an empty stream. The hot loops are C
+(brevis/native/_rans.c); `_encode_py` and `_decode_py` are the same
+algorithm in Python, for a tree where the extension is not built (slow).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import FormatError, ProgramError
+from .operator import Coder, register
+from .types import Field
+
+try:
+    from ..native import _rans
+except ImportError:  # a source tree that was never built: the slow path
+    _rans = None
+
+LANES = 4
+STATE_LOW = 1 << 16
+MAX_BITS = 32
+KEY_BITS = 16  # the trie is over a value's top 16 bits at most
+EMPTY, BIN, SPLIT = 0, 1, 2
+# Model cost estimates in bits, for choosing the trie: a bin's code and
+# frequency varint, an inner node's or an empty node's code.
+BIN_COST, NODE_COST = 14.0, 2.0
+
+
+def _varint(values) -> bytes:
+    out = bytearray()
+    for v in values:
+        while v >= 0x80:
+            out.append((v & 0x7F) | 0x80)
+            v >>= 7
+        out.append(v)
+    return bytes(out)
+
+
+def _read_varint(data: memoryview, pos: int, what: str) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 28:
+            raise FormatError(f"ans stream: truncated or overlong {what}")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def precision(n: int, bins: int) -> int:
+    """P for n values in `bins` bins: a slot for every bin, and no finer
+    than n can tell apart (a finer P only makes the model dearer)."""
+    return max(min(15, max(n.bit_length() + 1, 8)), (bins - 1).bit_length(), 1)
+
+
+def normalize(counts: np.ndarray, p: int) -> np.ndarray:
+    """Frequencies summing to 2**p, each >= 1, close to counts' shares."""
+    total = 1 << p
+    freq = np.maximum(1, np.rint(counts * (total / counts.sum()))).astype(np.int64)
+    excess = int(freq.sum()) - total
+    order = np.argsort(-freq, kind="stable")
+    if excess < 0:
+        freq[order[0]] -= excess
+    while excess > 0:  # take from the largest, never below 1
+        for i in order:
+            take = min(excess, int(freq[i]) - 1, max(1, int(freq[i]) // 8))
+            freq[i] -= take
+            excess -= take
+            if not excess:
+                break
+    return freq
+
+
+def choose_trie(keys: np.ndarray, key_bits: int) -> tuple[list[int], list[tuple[int, int]]]:
+    """The trie that minimizes the estimated size: its codes in pre-order
+    and its bins as (first key, level) in order.
+
+    Bottom-up over the levels: a node's best cost is the lesser of coding
+    it as one bin (n*level bits of offsets, -n*log2(n) for its frequency,
+    plus BIN_COST) and its halves' best costs plus NODE_COST.
+    """
+    counts = np.bincount(keys, minlength=1 << key_bits).astype(np.float64)
+    best, split = [], []
+    for level in range(key_bits + 1):
+        if level:
+            counts = counts[0::2] + counts[1::2]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            leaf = np.where(counts > 0, counts * level - counts * np.log2(counts) + BIN_COST, NODE_COST)
+        if level:
+            halves = best[-1][0::2] + best[-1][1::2] + NODE_COST
+            split.append(halves < leaf)
+            best.append(np.minimum(leaf, halves))
+        else:
+            split.append(np.zeros(len(counts), dtype=bool))
+            best.append(leaf)
+        split[-1] &= counts > 0
+    occupied = [None] * (key_bits + 1)
+    c = np.bincount(keys, minlength=1 << key_bits)
+    for level in range(key_bits + 1):
+        if level:
+            c = c[0::2] + c[1::2]
+        occupied[level] = c > 0
+    codes: list[int] = []
+    bins: list[tuple[int, int]] = []
+    stack = [(key_bits, 0)]
+    while stack:
+        level, node = stack.pop()
+        if split[level][node]:
+            codes.append(SPLIT)
+            stack += [(level - 1, 2 * node + 1), (level - 1, 2 * node)]
+        elif occupied[level][node]:
+            codes.append(BIN)
+            bins.append((node << level, level))
+        else:
+            codes.append(EMPTY)
+    return codes, bins
+
+
+def read_trie(data: memoryview, pos: int, key_bits: int) -> tuple[list[tuple[int, int]], int]:
+    """The bins of a stored trie, and the position after it."""
+    bins: list[tuple[int, int]] = []
+    stack = [(key_bits, 0)]
+    i = 0
+    while stack:
+        if pos + i // 4 >= len(data):
+            raise FormatError("ans stream: truncated trie")
+        code = (data[pos + i // 4] >> (2 * (i % 4))) & 3
+        i += 1
+        level, node = stack.pop()
+        if code == SPLIT and level:
+            stack += [(level - 1, 2 * node + 1), (level - 1, 2 * node)]
+        elif code == BIN:
+            bins.append((node << level, level))
+        elif code != EMPTY:
+            raise FormatError("ans stream: invalid trie code")
+    if i % 4 and data[pos + i // 4] >> (2 * (i % 4)):
+        raise FormatError("ans stream: trie padding is not zero")
+    return bins, pos + (i + 3) // 4
+
+
+def _pack_codes(codes: list[int]) -> bytes:
+    padded = np.zeros((len(codes) + 3) // 4 * 4, dtype=np.uint8)
+    padded[: len(codes)] = codes
+    quads = padded.reshape(-1, 4)
+    return (quads[:, 0] | quads[:, 1] << 2 | quads[:, 2] << 4 | quads[:, 3] << 6).astype(np.uint8).tobytes()
+
+
+def _width(t: Field) -> int:
+    return 1 if t.bits <= 8 else 2 if t.bits <= 16 else 4
+
+
+@register
+class Ans(Coder):
+    """Binned rANS over fields of <= 32 bits; inverse: rANS decoding of the
+    bins with the stored model, plus each value's offset bits. Memory on
+    decode: the output, 2**P two-byte slots (128 KiB at most) and a few
+    words per bin (at most 65,536 bins)."""
+
+    id = "ans"
+    params: dict = {}
+
+    def accepts(self, t: Field) -> None:
+        if t.bits > MAX_BITS:
+            raise ProgramError(f"ans: fields of at most {MAX_BITS} bits, not {t.bits}")
+
+    def encode(self, x, t):
+        self.accepts(t)
+        n = len(x)
+        if not n:
+            return b""
+        width = _width(t)
+        values = np.ascontiguousarray(x, dtype=f"<u{width}")
+        shift = max(0, t.bits - KEY_BITS)
+        key_bits = t.bits - shift
+        keys = (values >> shift).astype(np.int64) if shift else values.astype(np.int64)
+        codes, bins = choose_trie(keys, key_bits)
+        first = np.array([b[0] for b in bins], dtype=np.int64)
+        level = np.array([b[1] for b in bins], dtype=np.int64)
+        # Each key's bin, by a table over the keys: the bins tile the
+        # occupied keys in increasing order.
+        starts = np.zeros(1 << key_bits, dtype=np.int32)
+        starts[first] = 1
+        rank = (np.cumsum(starts) - 1).astype(np.uint16)[keys]
+        counts = np.bincount(rank, minlength=len(bins))
+        p = precision(n, len(bins))
+        freq = normalize(counts, p)
+        cum = np.concatenate(([0], np.cumsum(freq)[:-1]))
+        lower = (first << shift).astype(np.uint32)
+        obits = (level + shift).astype(np.uint8)
+        args = (rank, values, width, freq.astype(np.uint32), cum.astype(np.uint32), lower, obits, p)
+        body, offsets = (_rans.encode if _rans else _encode_py)(*args)
+        model = bytes([p]) + _pack_codes(codes) + _varint((freq - 1).tolist())
+        return model + _varint([len(body)]) + body + offsets
+
+    def decode(self, data, n, t):
+        self.accepts(t)
+        data = memoryview(data)
+        if not n:
+            if len(data):
+                raise FormatError("ans stream: bytes for an empty value")
+            return np.zeros(0, dtype=t.container)
+        if not len(data):
+            raise FormatError("ans stream: empty")
+        p = data[0]
+        if not 1 <= p <= 16:
+            raise FormatError(f"ans stream: precision {p} out of range")
+        shift = max(0, t.bits - KEY_BITS)
+        bins, pos = read_trie(data, 1, t.bits - shift)
+        if not 1 <= len(bins) <= 1 << p:
+            raise FormatError(f"ans stream: {len(bins)} bins at precision {p}")
+        freq = np.empty(len(bins), dtype=np.int64)
+        for i in range(len(bins)):
+            freq[i], pos = _read_varint(data, pos, "frequencies")
+        freq += 1
+        if int(freq.sum()) != 1 << p:
+            raise FormatError("ans stream: frequencies do not sum to 2**P")
+        length, pos = _read_varint(data, pos, "length")
+        if length > len(data) - pos:
+            raise FormatError("ans stream: truncated")
+        cum = np.concatenate(([0], np.cumsum(freq)[:-1]))
+        lower = np.array([b[0] << shift for b in bins], dtype=np.uint32)
+        obits = np.array([b[1] + shift for b in bins], dtype=np.uint8)
+        width = _width(t)
+        out = np.empty(n, dtype=f"<u{width}")
+        try:
+            (_rans.decode if _rans else _decode_py)(
+                data[pos: pos + length], data[pos + length:], n, width, freq.astype(np.uint32),
+                cum.astype(np.uint32), lower, obits, p, out)
+        except ValueError as e:
+            raise FormatError(f"ans stream: {e}") from None
+        return out if out.dtype == t.container else out.astype(t.container)
+
+
+def _encode_py(rank, values, width, freq, cum, lower, obits, p) -> tuple[bytes, bytes]:
+    """The C encoder's algorithm in Python (see _rans.c)."""
+    rank, values = rank.tolist(), values.tolist()
+    freq, cum, lower, obits = freq.tolist(), cum.tolist(), lower.tolist(), obits.tolist()
+    acc = fill = 0
+    offsets = bytearray()
+    for r, v in zip(rank, values):
+        acc |= (v - lower[r]) << fill
+        fill += obits[r]
+        while fill >= 8:
+            offsets.append(acc & 0xFF)
+            acc >>= 8
+            fill -= 8
+    if fill:
+        offsets.append(acc)
+    x = [STATE_LOW] * LANES
+    words: list[int] = []
+    for i in range(len(rank) - 1, -1, -1):
+        r = rank[i]
+        f = freq[r]
+        xs = x[i & (LANES - 1)]
+        if xs >= (1 << (32 - p)) * f:
+            words.append(xs & 0xFFFF)
+            xs >>= 16
+        x[i & (LANES - 1)] = ((xs // f) << p) + (xs % f) + cum[r]
+    words.reverse()
+    body = np.array(x, dtype="<u4").tobytes() + np.array(words, dtype="<u2").tobytes()
+    return body, bytes(offsets)
+
+
+def _decode_py(body, offsets, n, width, freq, cum, lower, obits, p, out) -> None:
+    """The C decoder's algorithm in Python, with the same checks."""
+    if len(body) < 4 * LANES or (len(body) - 4 * LANES) % 2 or int(freq.sum()) != 1 << p:
+        raise ValueError("damaged stream")
+    slots = np.repeat(np.arange(len(freq)), freq).tolist()
+    x = np.frombuffer(body[: 4 * LANES], dtype="<u4").tolist()
+    words = np.frombuffer(body[4 * LANES:], dtype="<u2").tolist()
+    offsets = bytes(offsets)
+    freq, cum, lower, obits = freq.tolist(), cum.tolist(), lower.tolist(), obits.tolist()
+    mask, pos, opos, acc, fill = (1 << p) - 1, 0, 0, 0, 0
+    values = [0] * n
+    if any(v < STATE_LOW for v in x):
+        raise ValueError("damaged stream")
+    for i in range(n):
+        lane = i & (LANES - 1)
+        xs = x[lane]
+        slot = xs & mask
+        r = slots[slot]
+        xs = freq[r] * (xs >> p) + slot - cum[r]
+        if xs < STATE_LOW:
+            if pos >= len(words):
+                raise ValueError("damaged stream")
+            xs = (xs << 16) | words[pos]
+            pos += 1
+        x[lane] = xs
+        w = obits[r]
+        while fill < w:
+            if opos >= len(offsets):
+                raise ValueError("damaged stream")
+            acc |= offsets[opos] << fill
+            opos += 1
+            fill += 8
+        values[i] = lower[r] + (acc & ((1 << w) - 1))
+        acc >>= w
+        fill -= w
+    if any(v != STATE_LOW for v in x) or pos != len(words) or opos != len(offsets) or acc:
+        raise ValueError("damaged stream")
+    out[:] = values

@@ -1,0 +1,5 @@
+"""The compiled kernels; everything else is declared in pyproject.toml."""
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("brevis.native._rans", ["brevis/native/_rans.c"], extra_compile_args=["-O3"])])

@@ -1,0 +1,102 @@
+"""The `ans` coder: the C loops against the Python reference, the model it
+chooses, and damaged or hostile streams (a FormatError, never a crash)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from brevis.dsl import entropy
+from brevis.dsl.entropy import Ans, choose_trie, precision
+from brevis.dsl.types import Field
+from brevis.errors import FormatError
+
+pytestmark = pytest.mark.skipif(entropy._rans is None, reason="the C extension is not built")
+
+
+def values(kind: str, n: int, bits: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    top = (1 << bits) - 1
+    if kind == "uniform":
+        x = rng.integers(0, top, n, endpoint=True, dtype=np.uint64)
+    elif kind == "bell":  # float-like: a few exponents, smooth within them
+        x = np.clip(np.abs(rng.normal(top / 2, top / 40, n)), 0, top).astype(np.uint64)
+    elif kind == "constant":
+        x = np.full(n, top // 3, dtype=np.uint64)
+    else:  # one dominant value and rare others
+        x = np.where(rng.random(n) < 0.97, 5 & top, rng.integers(0, top, n, endpoint=True, dtype=np.uint64))
+    return x.astype(Field(bits).container)
+
+
+CASES = [(kind, n, bits) for kind in ("uniform", "bell", "constant", "skewed")
+         for n in (1, 3, 4, 5, 1000) for bits in (1, 5, 8, 12, 16, 17, 24, 32)]
+
+
+@pytest.mark.parametrize("kind,n,bits", CASES)
+def test_c_and_python_agree_and_round_trip(kind, n, bits, monkeypatch):
+    t, x = Field(bits), values(kind, n, bits)
+    stream = Ans().encode(x, t)
+    assert np.array_equal(Ans().decode(memoryview(stream), n, t), x)
+    monkeypatch.setattr(entropy, "_rans", None)
+    assert Ans().encode(x, t) == stream
+    assert np.array_equal(Ans().decode(memoryview(stream), n, t), x)
+
+
+def test_skewed_fields_cost_their_entropy():
+    """A field with one bit of information a value costs about one bit (Huffman
+    cannot go below one bit for the likeliest symbol; rANS can)."""
+    rng = np.random.default_rng(1)
+    for p in (0.5, 0.9):
+        x = np.where(rng.random(1 << 18) < p, 0x40, 0xC0).astype(np.uint8)
+        h = -(p * np.log2(p) + (1 - p) * np.log2(1 - p))
+        bits = 8 * len(Ans().encode(x, Field(8))) / len(x)
+        assert bits < h * 1.01 + 0.001
+
+
+def test_the_trie_stops_where_the_model_would_cost_more():
+    rng = np.random.default_rng(2)
+    keys = rng.integers(0, 1 << 16, 4096)  # flat: one bin beats 4096
+    codes, bins = choose_trie(keys, 16)
+    assert len(bins) < 8
+    keys = np.repeat([3, 1000, 40000], 2000)  # three values: three single-key bins
+    codes, bins = choose_trie(keys, 16)
+    assert sorted(bins) == [(3, 0), (1000, 0), (40000, 0)]
+
+
+def test_precision_has_a_slot_for_every_bin():
+    for n, bins in ((1, 1), (10, 3), (1 << 20, 40000), (5, 65536)):
+        assert 1 << precision(n, bins) >= bins
+
+
+@pytest.mark.parametrize("bits", [8, 16, 32])
+def test_every_truncation_and_many_flips_fail_cleanly(bits):
+    t, x = Field(bits), values("bell", 300, bits, seed=3)
+    stream = Ans().encode(x, t)
+    for cut in range(len(stream)):
+        with pytest.raises(FormatError):
+            Ans().decode(memoryview(stream[:cut]), len(x), t)
+    rng = np.random.default_rng(4)
+    for _ in range(300):
+        damaged = bytearray(stream)
+        damaged[rng.integers(len(damaged))] ^= 1 << rng.integers(8)
+        try:
+            out = Ans().decode(memoryview(bytes(damaged)), len(x), t)
+        except FormatError:
+            continue
+        assert len(out) == len(x) and out.dtype == t.container  # offsets carry no check; the chunk CRC does
+
+
+def test_hostile_models_are_refused():
+    t = Field(16)
+    with pytest.raises(FormatError):
+        Ans().decode(memoryview(bytes([17])), 4, t)  # precision out of range
+    with pytest.raises(FormatError):
+        Ans().decode(memoryview(bytes([8, 0b11])), 4, t)  # invalid trie code
+    # A trie that splits below a single key.
+    splits = [2] * (2 ** 16 - 1) + [1] * 2 ** 16
+    with pytest.raises(FormatError):
+        Ans().decode(memoryview(bytes([8]) + entropy._pack_codes(splits)), 4, t)
+    with pytest.raises(FormatError):
+        Ans().decode(memoryview(b""), 4, t)
+    with pytest.raises(FormatError):
+        Ans().decode(memoryview(b"\x01"), 0, t)
