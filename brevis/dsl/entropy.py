@@ -165,6 +165,17 @@ def read_trie(data: memoryview, pos: int, key_bits: int) -> tuple[list[tuple[int
     return bins, pos + (i + 3) // 4
 
 
+def _trie_length(data: memoryview, pos: int) -> tuple[int, int]:
+    """(bins, position after the trie) of a trie written by this encoder."""
+    bins, open_nodes, i = 0, 1, 0
+    while open_nodes:
+        code = (data[pos + i // 4] >> (2 * (i % 4))) & 3
+        i += 1
+        open_nodes += 1 if code == SPLIT else -1
+        bins += code == BIN
+    return bins, pos + (i + 3) // 4
+
+
 def _pack_codes(codes: list[int]) -> bytes:
     padded = np.zeros((len(codes) + 3) // 4 * 4, dtype=np.uint8)
     padded[: len(codes)] = codes
@@ -218,6 +229,17 @@ class Ans(Coder):
         body, offsets = (_rans.encode if _rans else _encode_py)(*args)
         model = bytes([p]) + _pack_codes(codes) + _varint((freq - 1).tolist())
         return model + _varint([len(body)]) + body + offsets
+
+    def fixed_bytes(self, stream: bytes) -> int:
+        """The model: precision, trie, frequencies and the length varint."""
+        if not stream:
+            return 0
+        data = memoryview(stream)
+        bins, pos = _trie_length(data, 1)
+        for _ in range(bins):
+            _, pos = _read_varint(data, pos, "frequencies")
+        _, pos = _read_varint(data, pos, "length")
+        return pos + 4 * LANES
 
     def decode(self, data, n, t):
         self.accepts(t)

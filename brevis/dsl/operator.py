@@ -156,6 +156,12 @@ class Coder(Production):
         """Exactly n elements in t's container, or FormatError."""
         raise NotImplementedError
 
+    def fixed_bytes(self, stream: bytes) -> int:
+        """The bytes of one of this coder's streams that do not grow with
+        the value (a model): the search counts them once per chunk instead
+        of scaling them up from a sample."""
+        return 0
+
 
 REGISTRY: dict[str, type[Production]] = {}
 

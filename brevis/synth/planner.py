@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from ..archive.schema import SearchKind
-from ..dsl import Raw, Zstd
+from ..dsl import Ans, Raw, Zstd
 from ..dsl.interpreter import encode
 from ..dsl.program import Program
 from ..dsl.types import Field, Tensor
@@ -35,6 +35,7 @@ FALLBACK = Program.leaf(Zstd.entropy())  # always applies
 PLAIN = Program.leaf(Raw())  # never larger than the data
 TINY = 4096  # bytes: too small for a search to pay; raw or zstd, measured
 TINY_PROGRAM = Program.leaf(Zstd.at_level(3))
+TINY_ANS = Program.leaf(Ans())
 REUSE_TOLERANCE = 1.02  # a sibling's program is kept if within 2 % of its cost on the sibling
 BYTES_PER_EXPANSION = 1024  # small segments get small search budgets
 ENTROPY_SLACK = 1.05  # ... and within 5 % of this segment's own order-0 entropy estimate
@@ -134,8 +135,14 @@ def sample(seg: SegmentInfo, e: Effort, read=None) -> list[np.ndarray]:
 
 
 def _tiny_plan(seg: SegmentInfo) -> Plan:
-    # No trial here: the encoder stores any chunk that zstd would make
-    # larger as it is (its raw guard), so the choice costs one encoding.
+    # The encoder stores any chunk that a coder would make larger as it is
+    # (its raw guard). A small tensor (a norm's weights) may still have
+    # 16-bit values of 10 bits of entropy, which zstd does not see and
+    # `ans` does: one trial encoding of each on the whole segment.
+    if isinstance(seg.t, Tensor) and seg.t.bits <= 32 and seg.length:
+        x = np.frombuffer(seg.read(0, seg.length), dtype=seg.t.container)
+        if len(TINY_ANS.node.encode(x, seg.t)) < len(TINY_PROGRAM.node.encode(x, seg.t)):
+            return Plan(TINY_ANS, {"search": SearchKind.TINY})
     return Plan(TINY_PROGRAM, {"search": SearchKind.TINY})
 
 
@@ -289,10 +296,16 @@ def _estimate(program: Program, root: Value, seg: SegmentInfo, scale: float) -> 
     try:
         program.check(seg.t)
         refs = root.reference or [None] * len(root.slices)
-        size = sum(len(b) for s, r in zip(root.slices, refs) for b in encode(program, s, seg.t, r))
+        leaves = program.leaves()
+        size = fixed = 0
+        for s, r in zip(root.slices, refs):
+            for coder, b in zip(leaves, encode(program, s, seg.t, r)):
+                model = coder.fixed_bytes(b)
+                size, fixed = size + len(b) - model, fixed + model
     except (NotApplicable, ProgramError):
         return None
-    return size * scale + STREAM_INDEX_BYTES * seg.chunks * len(program.leaves())
+    per_chunk = fixed / len(root.slices) + STREAM_INDEX_BYTES * len(leaves)
+    return size * scale + per_chunk * seg.chunks
 
 
 def _relative(program: Program, root: Value, seg: SegmentInfo, scale: float) -> float | None:

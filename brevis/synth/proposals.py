@@ -60,18 +60,29 @@ class Value:
             return 0.0
         planes = [x.astype(np.uint8)] if self.t.bits <= 8 else \
             [p for p in x.view(np.uint8).reshape(len(x), -1).T[: (self.t.bits + 7) // 8]]
-        total = 0.0
-        for plane in planes:
-            counts = np.bincount(plane, minlength=256)
-            counts = counts[counts > 0]
-            p = counts / len(x)
-            total += -(p * np.log2(p)).sum() * len(x) + (len(counts) - 1) / (2 * np.log(2))
+        total = sum(_entropy_bits(plane) for plane in planes)
+        if 8 < self.t.bits <= 16 or self.t.bits in (24, 32):
+            # The top 16 bits as one symbol (what `ans` codes): below the
+            # planes' sum where they depend on each other (a float's
+            # exponent and top mantissa bits).
+            shift = max(0, self.t.bits - 16)
+            joint = _entropy_bits((x >> x.dtype.type(shift)).astype(np.uint16)) + \
+                sum(_entropy_bits(plane) for plane in planes[: shift // 8])
+            total = min(total, joint)
         return float(min(total, self.t.bits * len(x))) / 8
 
     @cached_property
     def is_constant(self) -> bool:
         x = self.joined
         return bool(len(x)) and bool(np.all(x == x[0]))
+
+
+def _entropy_bits(symbols: np.ndarray) -> float:
+    """Order-0 entropy of a sample in bits, with the Miller-Madow small-sample correction."""
+    counts = np.bincount(symbols)
+    counts = counts[counts > 0]
+    p = counts / len(symbols)
+    return -(p * np.log2(p)).sum() * len(symbols) + (len(counts) - 1) / (2 * np.log(2))
 
 
 def _float_partition(v: Value) -> Partition | None:
@@ -144,6 +155,12 @@ def proposals(v: Value) -> list[Production]:
             out.append(p)
     if t.bits > 8:
         out.append(BytePlanes())
+    if t.bits in (32, 64) and not v.opaque:
+        # High and low halves: an entropy coder then sees a float's sign,
+        # exponent and top mantissa bits as one symbol, and the low half's
+        # own structure (values of a lower precision have it all zero).
+        half = t.bits // 2
+        out.append(BitFields(groups=[[[half, half]], [[0, half]]]))
     if t.bits in (1, 2, 4):
         out.append(PackBits())
     if t.bits > 1:

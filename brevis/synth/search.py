@@ -74,8 +74,10 @@ class Search:
     def leaf_cost(self, v: Value, coder: Coder) -> float:
         key = ("coder", coder)
         if key not in v.memo:
-            size = sum(len(coder.encode(s, v.t)) for s in v.slices)
-            v.memo[key] = size * self.scale + STREAM_INDEX_BYTES * self.chunks
+            streams = [coder.encode(s, v.t) for s in v.slices]
+            fixed = sum(coder.fixed_bytes(b) for b in streams)
+            size = sum(len(b) for b in streams) - fixed
+            v.memo[key] = size * self.scale + (fixed / len(streams) + STREAM_INDEX_BYTES) * self.chunks
         return v.memo[key]
 
     def children(self, v: Value, op: Operator) -> list[Value] | None:
