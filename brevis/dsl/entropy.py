@@ -49,6 +49,12 @@ EMPTY, BIN, SPLIT = 0, 1, 2
 # Model cost estimates in bits, for choosing the trie: a bin's code and
 # frequency varint, an inner node's or an empty node's code.
 BIN_COST, NODE_COST = 14.0, 2.0
+# Blocks: values per model 2**12, 2**14 or 2**16 where the data changes along the
+# value; a reader accepts 2**10..2**24. MODEL_BITS: a used 12-bit key's
+# share of a block's model, for choosing.
+BLOCK_LOGS = (12, 14, 16)
+MIN_BLOCK_LOG, MAX_BLOCK_LOG = 10, 24
+MODEL_BITS = 10.0
 
 
 def _varint(values) -> bytes:
@@ -187,6 +193,92 @@ def _width(t: Field) -> int:
     return 1 if t.bits <= 8 else 2 if t.bits <= 16 else 4
 
 
+def _encode_block(values: np.ndarray, t: Field) -> bytes:
+    """One block: its model, rANS part and offsets."""
+    n = len(values)
+    width = _width(t)
+    shift = max(0, t.bits - KEY_BITS)
+    key_bits = t.bits - shift
+    keys = (values >> shift).astype(np.int64) if shift else values.astype(np.int64)
+    codes, bins = choose_trie(keys, key_bits)
+    first = np.array([b[0] for b in bins], dtype=np.int64)
+    level = np.array([b[1] for b in bins], dtype=np.int64)
+    # Each key's bin, by a table over the keys: the bins tile the
+    # occupied keys in increasing order.
+    starts = np.zeros(1 << key_bits, dtype=np.int32)
+    starts[first] = 1
+    rank = (np.cumsum(starts) - 1).astype(np.uint16)[keys]
+    counts = np.bincount(rank, minlength=len(bins))
+    p = precision(n, len(bins))
+    freq = normalize(counts, p)
+    cum = np.concatenate(([0], np.cumsum(freq)[:-1]))
+    lower = (first << shift).astype(np.uint32)
+    obits = (level + shift).astype(np.uint8)
+    args = (rank, values, width, freq.astype(np.uint32), cum.astype(np.uint32), lower, obits, p)
+    body, offsets = (_rans.encode if _rans else _encode_py)(*args)
+    model = bytes([p]) + _pack_codes(codes) + _varint((freq - 1).tolist())
+    return model + _varint([len(body)]) + body + offsets
+
+
+def _decode_block(data: memoryview, t: Field, out: np.ndarray) -> None:
+    """Decode one block into out (len(out) values)."""
+    n = len(out)
+    if not len(data):
+        raise FormatError("ans stream: empty block")
+    p = data[0]
+    if not 1 <= p <= 16:
+        raise FormatError(f"ans stream: precision {p} out of range")
+    shift = max(0, t.bits - KEY_BITS)
+    bins, pos = read_trie(data, 1, t.bits - shift)
+    if not 1 <= len(bins) <= 1 << p:
+        raise FormatError(f"ans stream: {len(bins)} bins at precision {p}")
+    freq = np.empty(len(bins), dtype=np.int64)
+    for i in range(len(bins)):
+        freq[i], pos = _read_varint(data, pos, "frequencies")
+    freq += 1
+    if int(freq.sum()) != 1 << p:
+        raise FormatError("ans stream: frequencies do not sum to 2**P")
+    length, pos = _read_varint(data, pos, "length")
+    if length > len(data) - pos:
+        raise FormatError("ans stream: truncated")
+    cum = np.concatenate(([0], np.cumsum(freq)[:-1]))
+    lower = np.array([b[0] << shift for b in bins], dtype=np.uint32)
+    obits = np.array([b[1] + shift for b in bins], dtype=np.uint8)
+    width = _width(t)
+    try:
+        (_rans.decode if _rans else _decode_py)(
+            data[pos: pos + length], data[pos + length:], n, width, freq.astype(np.uint32),
+            cum.astype(np.uint32), lower, obits, p, out)
+    except ValueError as e:
+        raise FormatError(f"ans stream: {e}") from None
+
+
+def choose_block(values: np.ndarray, t: Field) -> int:
+    """log2 of the values per model (0: one model for the whole value).
+
+    Weights are not stationary (a classifier's rows, a layer's output
+    channels): a model per block of 2**14 values can save more than its
+    cost. Decided from the plug-in entropy of the values' top 12 bits per
+    block, plus an estimate of each block's model.
+    """
+    n = len(values)
+    shift = max(0, t.bits - 12)
+    keys = (values >> shift).astype(np.int64) if shift else values.astype(np.int64)
+    best, best_log = None, 0
+    for block_log in (0,) + BLOCK_LOGS:
+        if block_log and n <= 2 << block_log:
+            continue
+        ids = np.arange(n, dtype=np.int64) >> block_log if block_log else np.zeros(n, dtype=np.int64)
+        counts = np.bincount((ids << 12) | keys)
+        totals = np.bincount(ids)
+        per_block = np.repeat(totals, 1 << 12)[: len(counts)]
+        used = counts > 0
+        bits = -(counts[used] * np.log2(counts[used] / per_block[used])).sum() + MODEL_BITS * used.sum()
+        if best is None or bits < best:
+            best, best_log = bits, block_log
+    return best_log
+
+
 @register
 class Ans(Coder):
     """Binned rANS over fields of <= 32 bits; inverse: rANS decoding of the
@@ -203,39 +295,27 @@ class Ans(Coder):
 
     def encode(self, x, t):
         self.accepts(t)
-        n = len(x)
-        if not n:
+        if not len(x):
             return b""
-        width = _width(t)
-        values = np.ascontiguousarray(x, dtype=f"<u{width}")
-        shift = max(0, t.bits - KEY_BITS)
-        key_bits = t.bits - shift
-        keys = (values >> shift).astype(np.int64) if shift else values.astype(np.int64)
-        codes, bins = choose_trie(keys, key_bits)
-        first = np.array([b[0] for b in bins], dtype=np.int64)
-        level = np.array([b[1] for b in bins], dtype=np.int64)
-        # Each key's bin, by a table over the keys: the bins tile the
-        # occupied keys in increasing order.
-        starts = np.zeros(1 << key_bits, dtype=np.int32)
-        starts[first] = 1
-        rank = (np.cumsum(starts) - 1).astype(np.uint16)[keys]
-        counts = np.bincount(rank, minlength=len(bins))
-        p = precision(n, len(bins))
-        freq = normalize(counts, p)
-        cum = np.concatenate(([0], np.cumsum(freq)[:-1]))
-        lower = (first << shift).astype(np.uint32)
-        obits = (level + shift).astype(np.uint8)
-        args = (rank, values, width, freq.astype(np.uint32), cum.astype(np.uint32), lower, obits, p)
-        body, offsets = (_rans.encode if _rans else _encode_py)(*args)
-        model = bytes([p]) + _pack_codes(codes) + _varint((freq - 1).tolist())
-        return model + _varint([len(body)]) + body + offsets
+        values = np.ascontiguousarray(x, dtype=f"<u{_width(t)}")
+        block_log = choose_block(values, t)
+        if not block_log:
+            return b"\x00" + _encode_block(values, t)
+        size = 1 << block_log
+        parts = [bytes([block_log])]
+        for start in range(0, len(values), size):
+            block = _encode_block(values[start: start + size], t)
+            parts += [_varint([len(block)]), block]
+        return b"".join(parts)
 
     def fixed_bytes(self, stream: bytes) -> int:
-        """The model: precision, trie, frequencies and the length varint."""
-        if not stream:
+        """The model of a one-block stream (precision, trie, frequencies,
+        the length varint, the final states). A blocked stream has a model
+        per 2**B values: that cost grows with the value, like its data."""
+        if not stream or stream[0]:
             return 0
         data = memoryview(stream)
-        bins, pos = _trie_length(data, 1)
+        bins, pos = _trie_length(data, 2)
         for _ in range(bins):
             _, pos = _read_varint(data, pos, "frequencies")
         _, pos = _read_varint(data, pos, "length")
@@ -250,33 +330,22 @@ class Ans(Coder):
             return np.zeros(0, dtype=t.container)
         if not len(data):
             raise FormatError("ans stream: empty")
-        p = data[0]
-        if not 1 <= p <= 16:
-            raise FormatError(f"ans stream: precision {p} out of range")
-        shift = max(0, t.bits - KEY_BITS)
-        bins, pos = read_trie(data, 1, t.bits - shift)
-        if not 1 <= len(bins) <= 1 << p:
-            raise FormatError(f"ans stream: {len(bins)} bins at precision {p}")
-        freq = np.empty(len(bins), dtype=np.int64)
-        for i in range(len(bins)):
-            freq[i], pos = _read_varint(data, pos, "frequencies")
-        freq += 1
-        if int(freq.sum()) != 1 << p:
-            raise FormatError("ans stream: frequencies do not sum to 2**P")
-        length, pos = _read_varint(data, pos, "length")
-        if length > len(data) - pos:
-            raise FormatError("ans stream: truncated")
-        cum = np.concatenate(([0], np.cumsum(freq)[:-1]))
-        lower = np.array([b[0] << shift for b in bins], dtype=np.uint32)
-        obits = np.array([b[1] + shift for b in bins], dtype=np.uint8)
-        width = _width(t)
-        out = np.empty(n, dtype=f"<u{width}")
-        try:
-            (_rans.decode if _rans else _decode_py)(
-                data[pos: pos + length], data[pos + length:], n, width, freq.astype(np.uint32),
-                cum.astype(np.uint32), lower, obits, p, out)
-        except ValueError as e:
-            raise FormatError(f"ans stream: {e}") from None
+        block_log = data[0]
+        out = np.empty(n, dtype=f"<u{_width(t)}")
+        if not block_log:
+            _decode_block(data[1:], t, out)
+        elif not MIN_BLOCK_LOG <= block_log <= MAX_BLOCK_LOG:
+            raise FormatError(f"ans stream: block size 2**{block_log} out of range")
+        else:
+            pos, size = 1, 1 << block_log
+            for start in range(0, n, size):
+                length, pos = _read_varint(data, pos, "block length")
+                if length > len(data) - pos:
+                    raise FormatError("ans stream: truncated block")
+                _decode_block(data[pos: pos + length], t, out[start: start + size])
+                pos += length
+            if pos != len(data):
+                raise FormatError("ans stream: bytes after the last block")
         return out if out.dtype == t.container else out.astype(t.container)
 
 

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from ..archive.schema import SearchKind
-from ..dsl import Ans, Raw, Zstd
+from ..dsl import Ans, BitFields, Raw, Zstd
 from ..dsl.interpreter import encode
 from ..dsl.program import Program
 from ..dsl.types import Field, Tensor
@@ -36,6 +36,11 @@ PLAIN = Program.leaf(Raw())  # never larger than the data
 TINY = 4096  # bytes: too small for a search to pay; raw or zstd, measured
 TINY_PROGRAM = Program.leaf(Zstd.at_level(3))
 TINY_ANS = Program.leaf(Ans())
+# Byte spans up to this size are coded with the best of these and the
+# searched program, measured on the whole span (zstd -19 runs at a few MB/s).
+WHOLE_TRIAL_BYTES = 1 << 20
+WHOLE_TRIAL_PROGRAMS = tuple(Program.leaf(z) for z in (Zstd.entropy(), Zstd.at_level(3), Zstd.at_level(9),
+                                                       Zstd.at_level(19)))
 REUSE_TOLERANCE = 1.02  # a sibling's program is kept if within 2 % of its cost on the sibling
 BYTES_PER_EXPANSION = 1024  # small segments get small search budgets
 ENTROPY_SLACK = 1.05  # ... and within 5 % of this segment's own order-0 entropy estimate
@@ -226,6 +231,13 @@ class Planner:
                 family.ready.set()
 
     def _plan(self, seg: SegmentInfo, family: _Family | None, leader: bool) -> Plan:
+        plan = self._choose(seg, family, leader)
+        if plan.program is not None and plan.stats.get("search") not in (SearchKind.TINY, SearchKind.NONE) \
+                and not isinstance(seg.t, Tensor) and not seg.records and seg.length <= WHOLE_TRIAL_BYTES:
+            return _measured(seg, plan.program, plan.stats)
+        return plan
+
+    def _choose(self, seg: SegmentInfo, family: _Family | None, leader: bool) -> Plan:
         if seg.length == 0:
             return Plan(None, {})
         if seg.length <= TINY:
@@ -247,6 +259,9 @@ class Planner:
         result = search(root, self.prior, seg.role, scale, seg.chunks, Budget(expansions, self.effort.seconds))
         stats = {"search": SearchKind.SEARCH, "expanded": result.expanded, "generated": result.generated,
                  "estimate": round(result.estimate), "exhausted": result.exhausted}
+        plain, program = _plain_best(root, seg, scale)
+        if program is not None and plain < result.estimate:
+            return Plan(program, dict(stats, estimate=round(plain)), plain)
         return Plan(result.program, stats, result.estimate)
 
     def _try_library(self, root: Value, seg: SegmentInfo, scale: float) -> Plan | None:
@@ -259,6 +274,8 @@ class Planner:
             relative = _relative(learned.program, root, seg, scale)
             if relative is not None and relative <= learned.relative * REUSE_TOLERANCE:
                 estimate = relative * _entropy(root, scale)
+                if estimate > _plain(root, seg, scale):
+                    return None  # structure the learned program misses: search
                 return Plan(learned.program, {"search": SearchKind.LEARNED, "estimate": round(estimate)})
         return None
 
@@ -270,9 +287,57 @@ class Planner:
             return None
         # A sibling's program can miss structure this segment has (a constant
         # or upcast tensor in a family of dense ones): its entropy tells.
-        if estimate > root.entropy_bytes * scale * ENTROPY_SLACK + 64:
+        if estimate > root.entropy_bytes * scale * ENTROPY_SLACK + 64 or estimate > _plain(root, seg, scale):
             return None
         return Plan(family.program, {"search": SearchKind.FAMILY, "estimate": round(estimate)})
+
+
+def _plain_programs(t: Field) -> list[Program]:
+    """Fixed programs every tensor is measured against: `ans` on the whole
+    value, and on its halves for 32- and 64-bit values."""
+    out = [TINY_ANS] if t.bits <= 32 else []
+    if t.bits in (32, 64):
+        half = t.bits // 2
+        out.append(Program.op(BitFields(groups=[[[half, half]], [[0, half]]]), TINY_ANS, TINY_ANS))
+    return out
+
+
+def _plain_best(root: Value, seg: SegmentInfo, scale: float) -> tuple[float, Program | None]:
+    """The best fixed program's estimate on a sample (memoized on it): a
+    shortcut (a learned or a sibling's program) or a search result that
+    does worse misses structure these find (the joint statistics of a
+    value's top bits, a model per block of a value whose statistics
+    drift), which a prior learned elsewhere may have pruned."""
+    if "plain" not in root.memo:
+        best = (float("inf"), None)
+        if isinstance(seg.t, Tensor):
+            for program in _plain_programs(seg.t):
+                estimate = _estimate(program, root, seg, scale)
+                if estimate is not None and estimate < best[0]:
+                    best = (estimate, program)
+        root.memo["plain"] = best
+    return root.memo["plain"]
+
+
+def _plain(root: Value, seg: SegmentInfo, scale: float) -> float:
+    return _plain_best(root, seg, scale)[0]
+
+
+def _measured(seg: SegmentInfo, found: Program, stats: dict) -> Plan:
+    """A byte span's program by measurement on all of it: the one the
+    search found on the sample, or a zstd level. A sample shows a coder's
+    order-0 statistics but not the repeats a long window finds (strings,
+    tables, copies of arrays), which decide between levels."""
+    x = np.frombuffer(seg.read(0, seg.length), dtype=np.uint8)
+    best, best_size = found, None
+    for program in (found,) + WHOLE_TRIAL_PROGRAMS:
+        try:
+            size = sum(len(b) for b in encode(program, x, seg.t))
+        except (NotApplicable, ProgramError):
+            continue
+        if best_size is None or size < best_size:
+            best, best_size = program, size
+    return Plan(best, dict(stats, estimate=best_size), best_size)
 
 
 def _trial(root: Value, seg: SegmentInfo) -> tuple[Value, float]:

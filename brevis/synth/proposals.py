@@ -169,6 +169,11 @@ def proposals(v: Value) -> list[Production]:
         if 0 < zeros < t.bits:
             out.append(LowZeroBits(shift=zeros))
     integer_like = not (isinstance(t, Tensor) and t.dtype.is_float) and not v.opaque
+    if isinstance(t, Tensor) and t.dtype.is_float and t.bits > 8 and v.depth == 0:
+        # Differences of neighbouring bit patterns: where a tensor's values
+        # change smoothly (Adam's second moments), a float of one sign is
+        # monotone in its bits, so the difference is small.
+        out.append(Delta(stride=1))
     if integer_like and t.bits >= 8 and try_delta:
         out += [Delta(stride=1), XorDelta(stride=1)]
         if v.row and v.row > 1 and all(n % v.row == 0 for n in lengths):

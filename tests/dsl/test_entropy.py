@@ -100,3 +100,25 @@ def test_hostile_models_are_refused():
         Ans().decode(memoryview(b""), 4, t)
     with pytest.raises(FormatError):
         Ans().decode(memoryview(b"\x01"), 0, t)
+
+
+def test_a_value_that_changes_along_its_length_gets_a_model_per_block(monkeypatch):
+    rng = np.random.default_rng(5)
+    scales = np.repeat([1.0, 40.0, 3.0, 900.0, 7.0], 1 << 14)
+    x = (np.abs(rng.normal(0, 1, len(scales))) * scales).astype(np.uint16)
+    t = Field(16)
+    assert entropy.choose_block(x, t) in entropy.BLOCK_LOGS
+    stream = Ans().encode(x, t)
+    assert stream[0] in entropy.BLOCK_LOGS
+    assert np.array_equal(Ans().decode(memoryview(stream), len(x), t), x)
+    stationary = rng.integers(0, 1 << 16, len(x)).astype(np.uint16)
+    assert entropy.choose_block(stationary, t) == 0
+    for cut in (1, 2, len(stream) // 2, len(stream) - 1):
+        with pytest.raises(FormatError):
+            Ans().decode(memoryview(stream[:cut]), len(x), t)
+    with pytest.raises(FormatError):
+        Ans().decode(memoryview(stream + b"\x00"), len(x), t)
+    part = x[: 3 << 14]
+    in_c = Ans().encode(part, t)
+    monkeypatch.setattr(entropy, "_rans", None)
+    assert Ans().encode(part, t) == in_c
