@@ -53,6 +53,7 @@ BIN_COST, NODE_COST = 14.0, 2.0
 # value; a reader accepts 2**10..2**24. MODEL_BITS: a used 12-bit key's
 # share of a block's model, for choosing.
 BLOCK_LOGS = (12, 14, 16)
+BLOCK_KEY_BITS = 8  # the top bits whose statistics decide
 MIN_BLOCK_LOG, MAX_BLOCK_LOG = 10, 24
 MODEL_BITS = 10.0
 
@@ -104,48 +105,63 @@ def normalize(counts: np.ndarray, p: int) -> np.ndarray:
     return freq
 
 
+def _key_counts(values: np.ndarray, width: int, shift: int, key_bits: int) -> np.ndarray:
+    """How often each key (value >> shift) occurs, int64."""
+    if _rans is not None:
+        return np.frombuffer(_rans.histogram(values, width, shift, 1 << key_bits, 0), dtype=np.int64)
+    return np.bincount((values >> values.dtype.type(shift)).astype(np.intp), minlength=1 << key_bits)
+
+
 def choose_trie(keys: np.ndarray, key_bits: int) -> tuple[list[int], list[tuple[int, int]]]:
+    """choose_trie over the counts of these keys."""
+    return trie_of_counts(np.bincount(keys, minlength=1 << key_bits), key_bits)
+
+
+def trie_of_counts(counts: np.ndarray, key_bits: int) -> tuple[list[int], list[tuple[int, int]]]:
     """The trie that minimizes the estimated size: its codes in pre-order
     and its bins as (first key, level) in order.
 
-    Bottom-up over the levels: a node's best cost is the lesser of coding
-    it as one bin (n*level bits of offsets, -n*log2(n) for its frequency,
-    plus BIN_COST) and its halves' best costs plus NODE_COST.
+    Bottom-up over the levels, on the occupied nodes only (a sample of a
+    few thousand values occupies a few thousand of 65,536 keys): a node's
+    best cost is the lesser of coding it as one bin (n*level bits of
+    offsets, -n*log2(n) for its frequency, plus BIN_COST) and its halves'
+    best costs plus NODE_COST (an empty half costs NODE_COST).
     """
-    counts = np.bincount(keys, minlength=1 << key_bits).astype(np.float64)
-    best, split = [], []
-    for level in range(key_bits + 1):
-        if level:
-            counts = counts[0::2] + counts[1::2]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            leaf = np.where(counts > 0, counts * level - counts * np.log2(counts) + BIN_COST, NODE_COST)
-        if level:
-            halves = best[-1][0::2] + best[-1][1::2] + NODE_COST
-            split.append(halves < leaf)
-            best.append(np.minimum(leaf, halves))
-        else:
-            split.append(np.zeros(len(counts), dtype=bool))
-            best.append(leaf)
-        split[-1] &= counts > 0
-    occupied = [None] * (key_bits + 1)
-    c = np.bincount(keys, minlength=1 << key_bits)
-    for level in range(key_bits + 1):
-        if level:
-            c = c[0::2] + c[1::2]
-        occupied[level] = c > 0
+    if _rans is not None:
+        codes, firsts, levels, _, _ = _rans.trie(counts.astype(np.int64), key_bits, BIN_COST, NODE_COST)
+        return list(codes), list(zip(np.frombuffer(firsts, dtype=np.uint32).tolist(), list(levels)))
+    ids = np.flatnonzero(counts)
+    counts = counts[ids].astype(np.float64)
+    best = BIN_COST - counts * np.log2(counts)
+    nodes = [ids]  # per level: the occupied nodes, sorted
+    splits = [np.zeros(len(ids), dtype=bool)]  # per level: whether each is split
+    for level in range(1, key_bits + 1):
+        halved = ids >> 1  # sorted: a parent's halves are neighbours
+        first = np.flatnonzero(np.diff(halved, prepend=-1))
+        parents = halved[first]
+        present = np.diff(np.append(first, len(ids)))
+        counts = np.add.reduceat(counts, first)
+        halves = np.add.reduceat(best, first) + NODE_COST * (3 - present)
+        leaf = counts * level - counts * np.log2(counts) + BIN_COST
+        split = halves < leaf
+        ids, best = parents, np.where(split, halves, leaf)
+        nodes.append(ids)
+        splits.append(split)
     codes: list[int] = []
     bins: list[tuple[int, int]] = []
     stack = [(key_bits, 0)]
     while stack:
         level, node = stack.pop()
-        if split[level][node]:
+        at = nodes[level]
+        i = int(np.searchsorted(at, node))
+        if i == len(at) or at[i] != node:
+            codes.append(EMPTY)  # a split node's half that no key reaches
+        elif splits[level][i]:
             codes.append(SPLIT)
             stack += [(level - 1, 2 * node + 1), (level - 1, 2 * node)]
-        elif occupied[level][node]:
+        else:
             codes.append(BIN)
             bins.append((node << level, level))
-        else:
-            codes.append(EMPTY)
     return codes, bins
 
 
@@ -199,17 +215,28 @@ def _encode_block(values: np.ndarray, t: Field) -> bytes:
     width = _width(t)
     shift = max(0, t.bits - KEY_BITS)
     key_bits = t.bits - shift
-    keys = (values >> shift).astype(np.int64) if shift else values.astype(np.int64)
-    codes, bins = choose_trie(keys, key_bits)
-    first = np.array([b[0] for b in bins], dtype=np.int64)
-    level = np.array([b[1] for b in bins], dtype=np.int64)
+    if _rans is not None:
+        codes, firsts, levels, _, bin_counts = _rans.trie_values(values, width, shift, key_bits, BIN_COST, NODE_COST)
+        codes = list(codes)
+        first = np.frombuffer(firsts, dtype=np.uint32).astype(np.int64)
+        level = np.frombuffer(levels, dtype=np.uint8).astype(np.int64)
+        counts = np.frombuffer(bin_counts, dtype=np.int64)
+    else:
+        key_counts = _key_counts(values, width, shift, key_bits)
+        codes, bins = trie_of_counts(key_counts, key_bits)
+        first = np.array([b[0] for b in bins], dtype=np.int64)
+        level = np.array([b[1] for b in bins], dtype=np.int64)
+        counts = np.add.reduceat(key_counts, first)
     # Each key's bin, by a table over the keys: the bins tile the
     # occupied keys in increasing order.
     starts = np.zeros(1 << key_bits, dtype=np.int32)
     starts[first] = 1
-    rank = (np.cumsum(starts) - 1).astype(np.uint16)[keys]
-    counts = np.bincount(rank, minlength=len(bins))
-    p = precision(n, len(bins))
+    table = (np.cumsum(starts) - 1).astype(np.uint16)
+    if _rans is not None:
+        rank = np.frombuffer(_rans.ranks(values, width, shift, table), dtype=np.uint16)
+    else:
+        rank = table[values >> values.dtype.type(shift)]
+    p = precision(n, len(first))
     freq = normalize(counts, p)
     cum = np.concatenate(([0], np.cumsum(freq)[:-1]))
     lower = (first << shift).astype(np.uint32)
@@ -257,26 +284,49 @@ def choose_block(values: np.ndarray, t: Field) -> int:
     """log2 of the values per model (0: one model for the whole value).
 
     Weights are not stationary (a classifier's rows, a layer's output
-    channels): a model per block of 2**14 values can save more than its
-    cost. Decided from the plug-in entropy of the values' top 12 bits per
-    block, plus an estimate of each block's model.
+    channels): a model per block of 2**12 values can save more than its
+    cost. Decided from the plug-in entropy of the values' top 8 bits per
+    block, plus MODEL_BITS per key a block uses; one histogram per block of
+    the finest size, summed for the coarser ones.
     """
-    n = len(values)
-    shift = max(0, t.bits - 12)
-    keys = (values >> shift).astype(np.int64) if shift else values.astype(np.int64)
-    best, best_log = None, 0
-    for block_log in (0,) + BLOCK_LOGS:
-        if block_log and n <= 2 << block_log:
-            continue
-        ids = np.arange(n, dtype=np.int64) >> block_log if block_log else np.zeros(n, dtype=np.int64)
-        counts = np.bincount((ids << 12) | keys)
-        totals = np.bincount(ids)
-        per_block = np.repeat(totals, 1 << 12)[: len(counts)]
-        used = counts > 0
-        bits = -(counts[used] * np.log2(counts[used] / per_block[used])).sum() + MODEL_BITS * used.sum()
-        if best is None or bits < best:
+    n, fine = len(values), BLOCK_LOGS[0]
+    if n <= 2 << fine:
+        return 0
+    shift = max(0, t.bits - BLOCK_KEY_BITS)
+    KEYS = 1 << BLOCK_KEY_BITS
+    if _rans is not None:
+        hist = np.frombuffer(_rans.histogram(values, values.itemsize, shift, KEYS, fine), dtype=np.int64)
+        hist = hist.reshape(-1, KEYS)
+    else:
+        ids = np.arange(n, dtype=np.intp) >> fine
+        hist = np.bincount(ids * KEYS + (values >> values.dtype.type(shift)).astype(np.intp),
+                           minlength=(int(ids[-1]) + 1) * KEYS).reshape(-1, KEYS)
+    group = 1 << (BLOCK_LOGS[-1] - fine)  # whole groups of fine blocks for the coarsest size
+    hist = np.concatenate([hist, np.zeros((-len(hist) % group, KEYS), dtype=np.int64)])
+    xlogx = _xlogx(1 << BLOCK_LOGS[-1])
+    whole = hist.sum(axis=0)
+    used = whole[whole > 0].astype(np.float64)
+    best = n * np.log2(n) - (used * np.log2(used)).sum() + MODEL_BITS * len(used)
+    best_log = 0
+    for block_log in BLOCK_LOGS:
+        h = hist.reshape(-1, 1 << (block_log - fine), KEYS).sum(axis=1) if block_log > fine else hist
+        totals = h.sum(axis=1)
+        bits = xlogx[totals].sum() - xlogx[h].sum() + MODEL_BITS * np.count_nonzero(h)
+        if bits < best:
             best, best_log = bits, block_log
     return best_log
+
+
+_XLOGX: dict[int, np.ndarray] = {}
+
+
+def _xlogx(top: int) -> np.ndarray:
+    """c * log2(c) for c in 0..top (0 at 0), computed once."""
+    if top not in _XLOGX:
+        c = np.arange(top + 1, dtype=np.float64)
+        c[0] = 1.0
+        _XLOGX[top] = c * np.log2(c)
+    return _XLOGX[top]
 
 
 @register
@@ -307,6 +357,22 @@ class Ans(Coder):
             block = _encode_block(values[start: start + size], t)
             parts += [_varint([len(block)]), block]
         return b"".join(parts)
+
+    def estimate(self, x, t):
+        """The one-model size from the trie's own cost (entropy of the bins,
+        offsets, model), without coding: the search asks this of thousands
+        of sample values. Blocks are not considered (a sample slice is
+        local already)."""
+        self.accepts(t)
+        if not len(x) or _rans is None:
+            return super().estimate(x, t)
+        shift = max(0, t.bits - KEY_BITS)
+        n, x = len(x), np.ascontiguousarray(x, dtype=f"<u{_width(t)}")
+        codes, _, levels, bits, _ = _rans.trie_values(x, _width(t), shift, t.bits - shift, BIN_COST, NODE_COST)
+        model = (BIN_COST * len(levels) + NODE_COST * (len(codes) - len(levels))) / 8 + 4 * LANES + 4
+        # The trie's cost counts offsets above the key; the shifted-out bits are raw.
+        total = (bits + n * np.log2(n)) / 8 + n * shift / 8 + 4 * LANES + 4
+        return int(total), int(model)
 
     def fixed_bytes(self, stream: bytes) -> int:
         """The model of a one-block stream (precision, trie, frequencies,

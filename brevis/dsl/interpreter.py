@@ -27,6 +27,22 @@ def encode(program: Program, x: np.ndarray, t: Field, reference: np.ndarray | No
     return streams
 
 
+def estimate(program: Program, x: np.ndarray, t: Field, reference: np.ndarray | None = None) -> list[tuple[int, int]]:
+    """What encode() would give, as each leaf's (stream bytes, fixed bytes),
+    from Coder.estimate: the planner's trial of a whole program."""
+    sizes: list[tuple[int, int]] = []
+
+    def walk(p: Program, value: np.ndarray, vt: Field, ref) -> None:
+        if isinstance(p.node, Coder):
+            sizes.append(p.node.estimate(value, vt))
+            return
+        for child, part, ct in zip(p.children, forward(p.node, value, vt, ref), p.node.child_types(vt)):
+            walk(child, part, ct, None)
+
+    walk(program, np.ascontiguousarray(x), t, reference)
+    return sizes
+
+
 def forward(node: Operator, x: np.ndarray, t: Field, reference=None) -> list[np.ndarray]:
     """An operator's forward step, given the reference (used by an operator
     with uses_reference, ignored by the others)."""
@@ -68,16 +84,18 @@ def _decode(program: Program, t: Field, n: int, streams, cursor: list[int], refe
     assert isinstance(node, Operator)
     types = node.child_types(t)
     # Children are decoded in order, on demand, so an operator may read the
-    # length of a later child from an earlier one.
-    decoded: list[np.ndarray] = []
+    # length of a later child from an earlier one. Only their number is kept
+    # here: an operator that is done with a child frees it (bit_fields folds
+    # one child at a time into its output).
+    decoded = [0]
 
     def read(i: int, count: int) -> np.ndarray:
-        if i != len(decoded):
+        if i != decoded[0]:
             raise FormatError(f"{node.id} read child {i} out of order")
         if count < 0:
             raise FormatError(f"{node.id}: negative length")
         value = _decode(program.children[i], types[i], count, streams, cursor)
-        decoded.append(value)
+        decoded[0] += 1
         return value
 
     return node.inverse_ref(n, t, read, reference)

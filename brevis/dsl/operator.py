@@ -156,6 +156,13 @@ class Coder(Production):
         """Exactly n elements in t's container, or FormatError."""
         raise NotImplementedError
 
+    def estimate(self, x: np.ndarray, t: Field) -> tuple[int, int]:
+        """(stream bytes, fixed_bytes of them) that encode(x, t) would give:
+        the search's cost of this leaf. Exact by default; a coder whose
+        encoding is dear may estimate."""
+        stream = self.encode(x, t)
+        return len(stream), self.fixed_bytes(stream)
+
     def fixed_bytes(self, stream: bytes) -> int:
         """The bytes of one of this coder's streams that do not grow with
         the value (a model): the search counts them once per chunk instead

@@ -14,12 +14,14 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <math.h>
 
 #define LANES 4
 #define RANS_L (1u << 16)
 
 typedef struct { Py_buffer v; int held; } buf_t;
 typedef struct { uint32_t freq, cum, lower, obits; } bin_t;
+typedef struct { uint64_t m, x_max; uint32_t l; } recip_t;
 
 static int take(PyObject *obj, buf_t *b, int writable, const char *what) {
     if (PyObject_GetBuffer(obj, &b->v, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) {
@@ -66,38 +68,68 @@ static PyObject *rans_encode(PyObject *self, PyObject *args) {
     size_t cap = (size_t)n * 2 + 2;
     uint16_t *words = PyMem_Malloc(cap * 2);
     uint8_t *offs = PyMem_Malloc((size_t)n * 4 + 8);
+    recip_t *recip = PyMem_Malloc(sizeof(recip_t) * (bins ? bins : 1));
     int bad = 0;
     size_t nwords = 0, noffs = 0;
     uint32_t x[LANES];
-    if (!words || !offs) { PyErr_NoMemory(); goto done; }
+    if (!words || !offs || !recip) { PyErr_NoMemory(); goto done; }
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {  /* offsets, forwards */
-        uint32_t r = ranks[i], v = load(values, width, i);
-        if ((Py_ssize_t)r >= bins || obits[r] > 32) { bad = 1; break; }
-        uint32_t w = obits[r];
-        uint32_t off = w == 32 ? v - lower[r] : v - lower[r];
-        if (w < 32 && (off >> w)) { bad = 1; break; }
-        (void)off;
+    {  /* offsets, forwards, 32 bits at a time */
+        uint64_t acc = 0; int fill = 0;
+#define OFFSETS(T) \
+        for (Py_ssize_t i = 0; i < n; i++) { \
+            uint32_t r = ranks[i]; \
+            if ((Py_ssize_t)r >= bins || obits[r] > 32) { bad = 1; break; } \
+            uint32_t w = obits[r], off = (uint32_t)((const T *)values)[i] - lower[r]; \
+            if (w < 32 && (off >> w)) { bad = 1; break; } \
+            acc |= (uint64_t)off << fill; fill += w; \
+            if (fill >= 32) { \
+                offs[noffs] = (uint8_t)acc; offs[noffs + 1] = (uint8_t)(acc >> 8); \
+                offs[noffs + 2] = (uint8_t)(acc >> 16); offs[noffs + 3] = (uint8_t)(acc >> 24); \
+                noffs += 4; acc >>= 32; fill -= 32; \
+            } \
+        }
+        if (width == 1) { OFFSETS(uint8_t) } else if (width == 2) { OFFSETS(uint16_t) } else { OFFSETS(uint32_t) }
+#undef OFFSETS
+        while (fill > 0) { offs[noffs++] = (uint8_t)acc; acc >>= 8; fill -= 8; }
     }
     if (!bad) {
-        uint64_t acc = 0; int fill = 0;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            uint32_t r = ranks[i], w = obits[r];
-            uint64_t off = (uint64_t)(load(values, width, i) - lower[r]);
-            acc |= off << fill; fill += w;
-            while (fill >= 8) { offs[noffs++] = (uint8_t)acc; acc >>= 8; fill -= 8; }
-        }
-        if (fill) offs[noffs++] = (uint8_t)acc;
         uint16_t *end = words + cap, *ptr = end;
-        for (int k = 0; k < LANES; k++) x[k] = RANS_L;
-        for (Py_ssize_t i = n - 1; i >= 0; i--) {  /* bins, backwards */
-            uint32_t r = ranks[i], f = freq[r];
-            uint32_t *xs = &x[i & (LANES - 1)];
-            if (!f) { bad = 1; break; }
-            uint64_t x_max = ((uint64_t)1 << (32 - P)) * f;
-            if (*xs >= x_max) { *--ptr = (uint16_t)(*xs & 0xffff); *xs >>= 16; }
-            *xs = ((*xs / f) << P) + (*xs % f) + cum[r];
+        /* x / f without a division: (x * m) >> (32 + l), m = ceil(2^(32+l) / f),
+         * l = ceil(log2 f), exact for every 32-bit x (Granlund and Montgomery). */
+        for (Py_ssize_t r = 0; r < bins; r++) {
+            uint32_t f = freq[r], l = 0;
+            if (!f) { recip[r].m = 0; recip[r].l = 0; continue; }
+            while (((uint64_t)1 << l) < f) l++;
+            recip[r].m = (uint64_t)((((unsigned __int128)1 << (32 + l)) + f - 1) / f);
+            recip[r].l = 32 + l;
+            recip[r].x_max = ((uint64_t)1 << (32 - P)) * f;
         }
+        /* bins, backwards: the values past the last whole group of four,
+         * then groups of four with each state in a register */
+#define ENC(X, I) { \
+            uint32_t r = ranks[I], f = freq[r]; \
+            if (!f) { bad = 1; break; } \
+            const recip_t *rc = &recip[r]; \
+            if (X >= rc->x_max) { *--ptr = (uint16_t)(X & 0xffff); X >>= 16; } \
+            uint32_t q = (uint32_t)(((unsigned __int128)X * rc->m) >> rc->l); \
+            X = (q << P) + (X - q * f) + cum[r]; \
+        }
+        uint32_t x0 = RANS_L, x1 = RANS_L, x2 = RANS_L, x3 = RANS_L;
+        Py_ssize_t whole = n & ~(Py_ssize_t)(LANES - 1);
+        for (Py_ssize_t i = n - 1; i >= whole && !bad; i--) {
+            switch (i & 3) {
+            case 0: do { ENC(x0, i) } while (0); break;
+            case 1: do { ENC(x1, i) } while (0); break;
+            case 2: do { ENC(x2, i) } while (0); break;
+            default: do { ENC(x3, i) } while (0); break;
+            }
+        }
+        for (Py_ssize_t i = whole - LANES; i >= 0 && !bad; i -= LANES) {
+            do { ENC(x3, i + 3) ENC(x2, i + 2) ENC(x1, i + 1) ENC(x0, i) } while (0);
+        }
+#undef ENC
+        x[0] = x0; x[1] = x1; x[2] = x2; x[3] = x3;
         nwords = (size_t)(end - ptr);
         memmove(words, ptr, nwords * 2);
     }
@@ -117,7 +149,7 @@ static PyObject *rans_encode(PyObject *self, PyObject *args) {
     result = PyTuple_Pack(2, rans, offsets);
     Py_DECREF(rans); Py_DECREF(offsets);
 done:
-    PyMem_Free(words); PyMem_Free(offs);
+    PyMem_Free(words); PyMem_Free(offs); PyMem_Free(recip);
     release(b, 6);
     return result;
 }
@@ -250,7 +282,242 @@ done:
     Py_RETURN_NONE;
 }
 
+/* c * log2(c), from a table for small counts (most nodes of a trie). */
+#define XLOGX_TABLE 4096
+static double xlogx_table[XLOGX_TABLE];
+static int xlogx_ready = 0;
+
+static void *trie_arena = NULL;
+static size_t trie_arena_size = 0;
+
+static inline double xlogx(int64_t c) {
+    if (c < XLOGX_TABLE) return xlogx_table[c];
+    return (double)c * log2((double)c);
+}
+
+/* trie(counts, key_bits, bin_cost, node_cost) -> (codes, firsts, levels, cost)
+ * The trie of brevis/dsl/entropy.py's trie_of_counts, bottom-up over the
+ * occupied nodes only (d keys in use: at most d nodes a level): codes one
+ * byte each in pre-order, the bins' first keys (uint32) and levels (uint8). */
+/* Scratch for the tries (the GIL is held while they are used). */
+static int64_t key_counts[1 << 16];
+static uint32_t key_ids[1 << 16];
+static int64_t key_cnts[1 << 16];
+
+/* The trie over d0 occupied keys (sorted ids, their counts), as
+ * (codes, firsts, levels, cost, bin counts): see rans_trie. */
+static PyObject *build_trie(const uint32_t *in_ids, const int64_t *in_cnts, Py_ssize_t d0, int key_bits,
+                            double bin_cost, double node_cost) {
+    Py_ssize_t d = d0 ? d0 : 1;
+    int levels_n = key_bits + 1;
+    /* Per level L, at [L * d, L * d + size[L]): id, count, best, split, first
+     * child. One arena kept between calls (the GIL is held throughout): the
+     * search asks for thousands of tries, and fresh pages cost more than the work. */
+    size_t need = (size_t)d * levels_n * (4 + 8 + 8 + 1 + 4 + 4) + (size_t)d * 14 + 64 * (size_t)levels_n + 64;
+    if (need > trie_arena_size) {
+        void *grown = PyMem_Realloc(trie_arena, need);
+        if (!grown) return PyErr_NoMemory();
+        trie_arena = grown; trie_arena_size = need;
+    }
+    uint8_t *arena = trie_arena;
+    size_t cells = (size_t)d * levels_n;
+    int64_t *cnt = (int64_t *)arena; arena += 8 * cells;
+    double *best = (double *)arena; arena += 8 * cells;
+    Py_ssize_t *size = (Py_ssize_t *)arena; arena += 8 * (size_t)levels_n;
+    Py_ssize_t *stack = (Py_ssize_t *)arena; arena += 8 * 3 * (size_t)(key_bits + 2);
+    uint32_t *id = (uint32_t *)arena; arena += 4 * cells;
+    uint32_t *child = (uint32_t *)arena; arena += 4 * cells;
+    uint32_t *firsts = (uint32_t *)arena; arena += 4 * (size_t)d;
+    uint8_t *codes = arena; arena += 4 * cells + 1;
+    uint8_t *split = arena; arena += cells;
+    uint8_t *levels = arena; arena += d;
+    int64_t *bin_counts = (int64_t *)(((uintptr_t)arena + 7) & ~(uintptr_t)7);
+    PyObject *result = NULL;
+    for (Py_ssize_t k = 0; k < d0; k++) {
+        id[k] = in_ids[k]; cnt[k] = in_cnts[k]; split[k] = 0; child[k] = 0;
+        best[k] = bin_cost - xlogx(in_cnts[k]);
+    }
+    size[0] = d0;
+    for (int level = 1; level < levels_n; level++) {
+        Py_ssize_t lo = (Py_ssize_t)(level - 1) * d, up = (Py_ssize_t)level * d, m = 0;
+        for (Py_ssize_t i = 0; i < size[level - 1];) {
+            uint32_t parent = id[lo + i] >> 1;
+            int two = i + 1 < size[level - 1] && (id[lo + i + 1] >> 1) == parent;
+            int64_t c = cnt[lo + i] + (two ? cnt[lo + i + 1] : 0);
+            double halves = best[lo + i] + (two ? best[lo + i + 1] : node_cost) + node_cost;
+            double leaf = (double)c * level - xlogx(c) + bin_cost;
+            id[up + m] = parent; cnt[up + m] = c; child[up + m] = (uint32_t)i;
+            split[up + m] = halves < leaf;
+            best[up + m] = halves < leaf ? halves : leaf;
+            m++;
+            i += two ? 2 : 1;
+        }
+        size[level] = m;
+    }
+    double cost = size[key_bits] ? best[(Py_ssize_t)key_bits * d] : node_cost;
+    /* Pre-order walk, lower half first: a stack of (level, index or -1, node). */
+    Py_ssize_t ncodes = 0, nbins = 0, top = 0;
+    stack[top++] = key_bits; stack[top++] = size[key_bits] ? 0 : -1; stack[top++] = 0;
+    while (top) {
+        Py_ssize_t node = stack[--top], at = stack[--top];
+        int level = (int)stack[--top];
+        if (at < 0) { codes[ncodes++] = 0; continue; }
+        Py_ssize_t here = (Py_ssize_t)level * d + at;
+        if (split[here]) {
+            codes[ncodes++] = 2;
+            Py_ssize_t lo = (Py_ssize_t)(level - 1) * d, c0 = child[here];
+            Py_ssize_t left = -1, right = -1;
+            if (id[lo + c0] == (uint32_t)(2 * node)) {
+                left = c0;
+                if (c0 + 1 < size[level - 1] && id[lo + c0 + 1] == (uint32_t)(2 * node + 1)) right = c0 + 1;
+            } else {
+                right = c0;
+            }
+            stack[top++] = level - 1; stack[top++] = right; stack[top++] = 2 * node + 1;
+            stack[top++] = level - 1; stack[top++] = left; stack[top++] = 2 * node;
+        } else {
+            codes[ncodes++] = 1;
+            firsts[nbins] = (uint32_t)(node << level); bin_counts[nbins] = cnt[here]; levels[nbins++] = (uint8_t)level;
+        }
+    }
+    result = Py_BuildValue("(y#y#y#dy#)", (const char *)codes, ncodes, (const char *)firsts, nbins * 4,
+                           (const char *)levels, nbins, cost, (const char *)bin_counts, nbins * 8);
+    return result;
+}
+
+
+static PyObject *rans_trie(PyObject *self, PyObject *args) {
+    PyObject *counts_obj;
+    int key_bits;
+    double bin_cost, node_cost;
+    if (!PyArg_ParseTuple(args, "Oidd", &counts_obj, &key_bits, &bin_cost, &node_cost)) return NULL;
+    if (key_bits < 0 || key_bits > 16) { PyErr_SetString(PyExc_ValueError, "key_bits must be in 0..16"); return NULL; }
+    buf_t b[1] = {{0}};
+    if (take(counts_obj, &b[0], 0, "counts") < 0) return NULL;
+    Py_ssize_t keys = (Py_ssize_t)1 << key_bits;
+    if (b[0].v.len != keys * 8) { release(b, 1); PyErr_SetString(PyExc_ValueError, "counts: one int64 per key"); return NULL; }
+    const int64_t *counts = b[0].v.buf;
+    Py_ssize_t d = 0;
+    for (Py_ssize_t j = 0; j < keys; j++) {
+        if (counts[j] > 0) { key_ids[d] = (uint32_t)j; key_cnts[d++] = counts[j]; }
+    }
+    release(b, 1);
+    return build_trie(key_ids, key_cnts, d, key_bits, bin_cost, node_cost);
+}
+
+static int compare_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* trie_values(values, width, shift, key_bits, bin_cost, node_cost): the
+ * trie of the keys value >> shift, counted here (no 2^key_bits array
+ * per call: a sample of a few thousand values touches a few thousand keys). */
+static PyObject *rans_trie_values(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    int width, shift, key_bits;
+    double bin_cost, node_cost;
+    if (!PyArg_ParseTuple(args, "Oiiidd", &obj, &width, &shift, &key_bits, &bin_cost, &node_cost)) return NULL;
+    if ((width != 1 && width != 2 && width != 4) || shift < 0 || shift > 31 || key_bits < 0 || key_bits > 16) {
+        PyErr_SetString(PyExc_ValueError, "bad trie_values arguments");
+        return NULL;
+    }
+    buf_t b[1] = {{0}};
+    if (take(obj, &b[0], 0, "values") < 0) return NULL;
+    Py_ssize_t n = b[0].v.len / width, keys = (Py_ssize_t)1 << key_bits, d = 0;
+    const void *values = b[0].v.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint32_t key = load(values, width, i) >> shift;
+        if ((Py_ssize_t)key >= keys) {
+            for (Py_ssize_t j = 0; j < d; j++) key_counts[key_ids[j]] = 0;
+            release(b, 1);
+            PyErr_SetString(PyExc_ValueError, "a key is out of range");
+            return NULL;
+        }
+        if (!key_counts[key]++) key_ids[d++] = key;
+    }
+    release(b, 1);
+    if (d < 512 && d * 16 < keys) {  /* a sort of few keys beats a scan of all */
+        qsort(key_ids, d, sizeof(uint32_t), compare_u32);
+    } else {
+        d = 0;
+        for (Py_ssize_t j = 0; j < keys; j++) if (key_counts[j]) key_ids[d++] = (uint32_t)j;
+    }
+    for (Py_ssize_t j = 0; j < d; j++) { key_cnts[j] = key_counts[key_ids[j]]; key_counts[key_ids[j]] = 0; }
+    return build_trie(key_ids, key_cnts, d, key_bits, bin_cost, node_cost);
+}
+
+/* histogram(values, width, shift, keys, block_log) -> int64 counts
+ * counts[block][key] of key = value >> shift (< keys) over blocks of
+ * 2^block_log values (block_log 0: one block), blocks * keys of them. */
+static PyObject *rans_histogram(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    int width, shift, block_log;
+    Py_ssize_t keys;
+    if (!PyArg_ParseTuple(args, "Oiini", &obj, &width, &shift, &keys, &block_log)) return NULL;
+    if ((width != 1 && width != 2 && width != 4) || shift < 0 || shift > 31 || keys < 1 || keys > (1 << 16)
+        || block_log < 0 || block_log > 30) {
+        PyErr_SetString(PyExc_ValueError, "bad histogram arguments");
+        return NULL;
+    }
+    buf_t b[1] = {{0}};
+    if (take(obj, &b[0], 0, "values") < 0) return NULL;
+    Py_ssize_t n = b[0].v.len / width;
+    Py_ssize_t blocks = block_log ? (n + ((Py_ssize_t)1 << block_log) - 1) >> block_log : 1;
+    if (blocks < 1) blocks = 1;
+    PyObject *result = PyBytes_FromStringAndSize(NULL, blocks * keys * 8);
+    if (!result) { release(b, 1); return NULL; }
+    int64_t *counts = (int64_t *)PyBytes_AS_STRING(result);
+    memset(counts, 0, blocks * keys * 8);
+    const void *values = b[0].v.buf;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint32_t key = load(values, width, i) >> shift;
+        if ((Py_ssize_t)key >= keys) { bad = 1; break; }
+        counts[(block_log ? (i >> block_log) : 0) * keys + key]++;
+    }
+    Py_END_ALLOW_THREADS
+    release(b, 1);
+    if (bad) { Py_DECREF(result); PyErr_SetString(PyExc_ValueError, "a key is out of range"); return NULL; }
+    return result;
+}
+
+/* ranks(values, width, shift, table) -> uint16 bytes: table[value >> shift] */
+static PyObject *rans_ranks(PyObject *self, PyObject *args) {
+    PyObject *vo, *to;
+    int width, shift;
+    if (!PyArg_ParseTuple(args, "OiiO", &vo, &width, &shift, &to)) return NULL;
+    if ((width != 1 && width != 2 && width != 4) || shift < 0 || shift > 31) {
+        PyErr_SetString(PyExc_ValueError, "bad ranks arguments");
+        return NULL;
+    }
+    buf_t b[2] = {{0}};
+    if (take(vo, &b[0], 0, "values") < 0 || take(to, &b[1], 0, "table") < 0) { release(b, 2); return NULL; }
+    Py_ssize_t n = b[0].v.len / width, keys = b[1].v.len / 2;
+    PyObject *result = PyBytes_FromStringAndSize(NULL, n * 2);
+    if (!result) { release(b, 2); return NULL; }
+    uint16_t *out = (uint16_t *)PyBytes_AS_STRING(result);
+    const uint16_t *table = b[1].v.buf;
+    const void *values = b[0].v.buf;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint32_t key = load(values, width, i) >> shift;
+        if ((Py_ssize_t)key >= keys) { bad = 1; break; }
+        out[i] = table[key];
+    }
+    Py_END_ALLOW_THREADS
+    release(b, 2);
+    if (bad) { Py_DECREF(result); PyErr_SetString(PyExc_ValueError, "a key is out of range"); return NULL; }
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"histogram", rans_histogram, METH_VARARGS, "histogram(values, width, shift, keys, block_log) -> int64 counts"},
+    {"ranks", rans_ranks, METH_VARARGS, "ranks(values, width, shift, table) -> uint16 ranks"},
+    {"trie_values", rans_trie_values, METH_VARARGS, "trie_values(values, width, shift, key_bits, bin_cost, node_cost)"},
+    {"trie", rans_trie, METH_VARARGS, "trie(counts, key_bits, bin_cost, node_cost) -> (codes, firsts, levels, cost)"},
     {"encode", rans_encode, METH_VARARGS, "encode(ranks, values, width, freq, cum, lower, obits, P) -> (rans, offsets)"},
     {"decode", rans_decode, METH_VARARGS, "decode(rans, offsets, n, width, freq, cum, lower, obits, P, out) -> None"},
     {NULL, NULL, 0, NULL},
@@ -258,4 +525,11 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rans", "Binned interleaved rANS loops.", -1, methods};
 
-PyMODINIT_FUNC PyInit__rans(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__rans(void) {
+    if (!xlogx_ready) {
+        xlogx_table[0] = 0.0;
+        for (int c = 1; c < XLOGX_TABLE; c++) xlogx_table[c] = (double)c * log2((double)c);
+        xlogx_ready = 1;
+    }
+    return PyModule_Create(&module);
+}

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..archive.schema import SearchKind
 from ..dsl import Ans, BitFields, Raw, Zstd
-from ..dsl.interpreter import encode
+from ..dsl.interpreter import encode, estimate
 from ..dsl.program import Program
 from ..dsl.types import Field, Tensor
 from ..errors import InvalidArgument, NotApplicable, ProgramError
@@ -41,6 +41,7 @@ TINY_ANS = Program.leaf(Ans())
 WHOLE_TRIAL_BYTES = 1 << 20
 WHOLE_TRIAL_PROGRAMS = tuple(Program.leaf(z) for z in (Zstd.entropy(), Zstd.at_level(3), Zstd.at_level(9),
                                                        Zstd.at_level(19)))
+WHOLE_TRIAL_LEAST = (0, 0, 16 << 10, 64 << 10)  # bytes a span needs for each
 REUSE_TOLERANCE = 1.02  # a sibling's program is kept if within 2 % of its cost on the sibling
 BYTES_PER_EXPANSION = 1024  # small segments get small search budgets
 ENTROPY_SLACK = 1.05  # ... and within 5 % of this segment's own order-0 entropy estimate
@@ -330,7 +331,10 @@ def _measured(seg: SegmentInfo, found: Program, stats: dict) -> Plan:
     tables, copies of arrays), which decide between levels."""
     x = np.frombuffer(seg.read(0, seg.length), dtype=np.uint8)
     best, best_size = found, None
-    for program in (found,) + WHOLE_TRIAL_PROGRAMS:
+    # The higher levels only on spans long enough for their window to pay
+    # (a level-19 context costs milliseconds to set up).
+    trials = [p for p, least in zip(WHOLE_TRIAL_PROGRAMS, WHOLE_TRIAL_LEAST) if seg.length >= least]
+    for program in [found] + trials:
         try:
             size = sum(len(b) for b in encode(program, x, seg.t))
         except (NotApplicable, ProgramError):
@@ -364,9 +368,8 @@ def _estimate(program: Program, root: Value, seg: SegmentInfo, scale: float) -> 
         leaves = program.leaves()
         size = fixed = 0
         for s, r in zip(root.slices, refs):
-            for coder, b in zip(leaves, encode(program, s, seg.t, r)):
-                model = coder.fixed_bytes(b)
-                size, fixed = size + len(b) - model, fixed + model
+            for length, model in estimate(program, s, seg.t, r):
+                size, fixed = size + length - model, fixed + model
     except (NotApplicable, ProgramError):
         return None
     per_chunk = fixed / len(root.slices) + STREAM_INDEX_BYTES * len(leaves)

@@ -22,7 +22,11 @@ MAX_DEPTH = 6
 SMALL_VALUE = 64  # elements per sample slice below which only coders are tried
 MAX_CLASSES = 4  # sub-streams of a partition, besides the rest
 CODERS = (Raw(), Zstd.entropy(), Zstd.at_level(3), Ans())
-BYTE_CODERS = CODERS + (Zstd.at_level(9),)
+# Opaque bytes: no `ans` at the root. Its order-0 statistics look as good
+# as zstd's on a sample, which is too short to show the repeats (strings,
+# zero runs, copies) that decide for zstd on the whole span; typed values
+# (fields, tensors found in the bytes) get it.
+BYTE_CODERS = (Raw(), Zstd.entropy(), Zstd.at_level(3), Zstd.at_level(9))
 NIBBLES = BitFields(groups=[[[4, 4]], [[0, 4]]])
 HALF_FIELDS = BitFields(groups=[[[10, 5]], [[15, 1], [0, 10]]])
 
@@ -80,9 +84,9 @@ class Value:
 def _entropy_bits(symbols: np.ndarray) -> float:
     """Order-0 entropy of a sample in bits, with the Miller-Madow small-sample correction."""
     counts = np.bincount(symbols)
-    counts = counts[counts > 0]
-    p = counts / len(symbols)
-    return -(p * np.log2(p)).sum() * len(symbols) + (len(counts) - 1) / (2 * np.log(2))
+    counts = counts[counts > 0].astype(np.float64)
+    n = len(symbols)
+    return n * np.log2(n) - (counts * np.log2(counts)).sum() + (len(counts) - 1) / (2 * np.log(2))
 
 
 def _float_partition(v: Value) -> Partition | None:

@@ -74,10 +74,10 @@ class Search:
     def leaf_cost(self, v: Value, coder: Coder) -> float:
         key = ("coder", coder)
         if key not in v.memo:
-            streams = [coder.encode(s, v.t) for s in v.slices]
-            fixed = sum(coder.fixed_bytes(b) for b in streams)
-            size = sum(len(b) for b in streams) - fixed
-            v.memo[key] = size * self.scale + (fixed / len(streams) + STREAM_INDEX_BYTES) * self.chunks
+            sizes = [coder.estimate(s, v.t) for s in v.slices]
+            fixed = sum(model for _, model in sizes)
+            size = sum(length for length, _ in sizes) - fixed
+            v.memo[key] = size * self.scale + (fixed / len(sizes) + STREAM_INDEX_BYTES) * self.chunks
         return v.memo[key]
 
     def children(self, v: Value, op: Operator) -> list[Value] | None:
@@ -160,7 +160,7 @@ class Search:
         """A fixed pipeline, costed without spending budget: float fields
         (exponent, sign+mantissa) or byte planes, each leaf its best coder.
         A search cut short by its budget never returns worse than this."""
-        leaf = min(((self.leaf_cost(v, c), Program.leaf(c)) for c in coders_for(v.t)), key=lambda cp: cp[0])
+        leaf = min(((self.leaf_cost(v, c), Program.leaf(c)) for c in coders_for(v.t, v.opaque)), key=lambda cp: cp[0])
         if isinstance(v.t, Tensor) and v.t.dtype.is_float and v.t.bits > 8:
             op: Operator = FloatFields(grouping="e|sm")
         elif v.t.bits > 8:
