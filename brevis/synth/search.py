@@ -4,9 +4,10 @@ Open values of a program are independent, so the search runs per value
 and shares solved sub-values: for a value v, a node is v with one
 production chosen (a partial program) and
   g = description length of the production under the prior (-log2 P bits)
-      + exact cost of what is finished (a coder's bytes on the sample,
-      scaled to the whole segment, plus its index entries; or the solved
-      children of an operator)
+      + cost of what is finished (a coder's bytes on the sample, scaled
+      to the whole segment, its model counted once per chunk, plus its
+      index entries: exact, or Coder.estimate's for a coder dear to run;
+      or the solved children of an operator)
   h = the order-0 entropy of the children not yet solved: a cheap,
       optimistic guess of what they will cost.
 Nodes are taken cheapest f = g + h first; an operator node is refined in

@@ -91,13 +91,15 @@ def test_search_never_worse_than_raw(seed):
     assert back.tobytes() == x.tobytes()
 
 
-def test_search_estimate_is_exact_on_the_sample():
+def test_search_estimate_is_close_on_the_sample():
+    """Exact for coders measured by coding, within half a percent for
+    `ans`, whose size the search takes from its model's own cost."""
     t = tensor(DTYPES["BF16"])
     x = (weights(20000).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
     result = search(Value([x], t), Prior(), "mlp", 1.0, 1, Budget(400, 10))
     size = sum(map(len, encode(result.program, x, t)))
     leaves = len(result.program.leaves())
-    assert size <= result.estimate <= size + 6 * leaves + 64  # streams + index entries + description
+    assert size * 0.995 <= result.estimate <= size * 1.005 + 6 * leaves + 64  # + index entries, description
 
 
 def test_learned_prior_expands_fewer_nodes_without_losing(tmp_path):
