@@ -83,8 +83,10 @@ def _read_varint(data: memoryview, pos: int, what: str) -> tuple[int, int]:
 
 def precision(n: int, bins: int) -> int:
     """P for n values in `bins` bins: a slot for every bin, and no finer
-    than n can tell apart (a finer P only makes the model dearer)."""
-    return max(min(15, max(n.bit_length() + 1, 8)), (bins - 1).bit_length(), 1)
+    than n can tell apart (a finer P only makes the model dearer). At most
+    13 where the bins allow: on minilm's weights 2**13 slots gave smaller
+    streams than 2**15 (cheaper frequencies) and a table that stays in cache."""
+    return max(min(13, max(n.bit_length() + 1, 8)), (bins - 1).bit_length(), 1)
 
 
 def normalize(counts: np.ndarray, p: int) -> np.ndarray:
@@ -252,10 +254,22 @@ def _decode_block(data: memoryview, t: Field, out: np.ndarray) -> None:
     n = len(out)
     if not len(data):
         raise FormatError("ans stream: empty block")
+    shift = max(0, t.bits - KEY_BITS)
+    width = _width(t)
+    if _rans is not None:
+        try:
+            p, firsts, levels, freqs, pos, length = _rans.read_model(data, t.bits - shift)
+            freq = np.frombuffer(freqs, dtype=np.uint32)
+            cum = (np.cumsum(freq, dtype=np.uint32) - freq).astype(np.uint32)
+            lower = np.frombuffer(firsts, dtype=np.uint32) << np.uint32(shift)
+            obits = np.frombuffer(levels, dtype=np.uint8) + np.uint8(shift)
+            _rans.decode(data[pos: pos + length], data[pos + length:], n, width, freq, cum, lower, obits, p, out)
+        except ValueError as e:
+            raise FormatError(f"ans stream: {e}") from None
+        return
     p = data[0]
     if not 1 <= p <= 16:
         raise FormatError(f"ans stream: precision {p} out of range")
-    shift = max(0, t.bits - KEY_BITS)
     bins, pos = read_trie(data, 1, t.bits - shift)
     if not 1 <= len(bins) <= 1 << p:
         raise FormatError(f"ans stream: {len(bins)} bins at precision {p}")
@@ -271,9 +285,8 @@ def _decode_block(data: memoryview, t: Field, out: np.ndarray) -> None:
     cum = np.concatenate(([0], np.cumsum(freq)[:-1]))
     lower = np.array([b[0] << shift for b in bins], dtype=np.uint32)
     obits = np.array([b[1] + shift for b in bins], dtype=np.uint8)
-    width = _width(t)
     try:
-        (_rans.decode if _rans else _decode_py)(
+        _decode_py(
             data[pos: pos + length], data[pos + length:], n, width, freq.astype(np.uint32),
             cum.astype(np.uint32), lower, obits, p, out)
     except ValueError as e:

@@ -231,27 +231,39 @@ static PyObject *rans_decode(PyObject *self, PyObject *args) {
         if (width == 1) o8[I] = (uint8_t)v; else if (width == 2) o16[I] = (uint16_t)v; else o32[I] = v; \
     }
     Py_ssize_t i = 0;
-    /* Fast path, while every stream holds more than four values can read:
-     * renormalization without a branch, offsets refilled 32 bits at a time. */
-#define FAST(X, I, OUT) { \
-        uint32_t slot = X & mask; const bin_t *bn = &table[slots[slot]]; \
+    /* Fast path, in batches while every stream holds more than a batch can
+     * read: first the bins of the batch (four states interleaved, each in a
+     * register, renormalized without a branch), then their offsets (one
+     * bit reader, refilled 32 bits at a time). Two passes let the states'
+     * chains overlap, which the shared bit reader would serialize. */
+#define BATCH 256
+#define BINS(X, J) { \
+        uint32_t slot = X & mask; uint32_t r = slots[slot]; const bin_t *bn = &table[r]; \
         X = bn->freq * (X >> P) + slot - bn->cum; \
         uint32_t need = X < RANS_L, word = (uint32_t)ptr[0] | (uint32_t)ptr[1] << 8; \
         X = need ? (X << 16) | word : X; ptr += need << 1; \
-        if (fill < 32) { \
-            acc |= (uint64_t)((uint32_t)op[0] | (uint32_t)op[1] << 8 | (uint32_t)op[2] << 16 | (uint32_t)op[3] << 24) << fill; \
-            op += 4; fill += 32; \
-        } \
-        uint32_t w = bn->obits; \
-        OUT[I] = bn->lower + (uint32_t)(acc & (((uint64_t)1 << w) - 1)); acc >>= w; fill -= w; \
+        rb[J] = (uint16_t)r; \
     }
 #define FAST_LOOP(OUT) \
-    for (; i + LANES <= n && end - ptr >= 2 * LANES && oend - op >= 4 * LANES; i += LANES) { \
-        FAST(x0, i, OUT) FAST(x1, i + 1, OUT) FAST(x2, i + 2, OUT) FAST(x3, i + 3, OUT) \
+    while (i + BATCH <= n && end - ptr >= 2 * BATCH && oend - op >= 4 * BATCH + 8) { \
+        uint16_t rb[BATCH]; \
+        for (int j = 0; j < BATCH; j += LANES) { BINS(x0, j) BINS(x1, j + 1) BINS(x2, j + 2) BINS(x3, j + 3) } \
+        for (int j = 0; j < BATCH; j++) { \
+            const bin_t *bn = &table[rb[j]]; \
+            if (fill < 32) { \
+                uint32_t word32; memcpy(&word32, op, 4); \
+                acc |= (uint64_t)word32 << fill; op += 4; fill += 32; \
+            } \
+            uint32_t w = bn->obits; \
+            OUT[i + j] = bn->lower + (uint32_t)(acc & (((uint64_t)1 << w) - 1)); acc >>= w; fill -= w; \
+        } \
+        i += BATCH; \
     }
     if (!bad) {
         if (width == 1) { FAST_LOOP(o8) } else if (width == 2) { FAST_LOOP(o16) } else { FAST_LOOP(o32) }
     }
+#undef BINS
+#undef BATCH
 #undef FAST_LOOP
 #undef FAST
     for (; i + LANES <= n && !bad; i += LANES) {
@@ -513,7 +525,80 @@ static PyObject *rans_ranks(PyObject *self, PyObject *args) {
     return result;
 }
 
+static uint32_t model_firsts[1 << 16], model_freqs[1 << 16];
+static uint8_t model_levels[1 << 16];
+
+static int read_varint(const uint8_t *data, Py_ssize_t len, Py_ssize_t *pos, uint32_t *value) {
+    uint32_t v = 0;
+    for (int shift = 0; shift <= 28; shift += 7) {
+        if (*pos >= len) return -1;
+        uint8_t byte = data[(*pos)++];
+        v |= (uint32_t)(byte & 0x7f) << shift;
+        if (byte < 0x80) { *value = v; return 0; }
+    }
+    return -1;
+}
+
+/* read_model(block, key_bits) -> (P, firsts, levels, freqs, position, rans length)
+ * A block's model, checked as entropy.py's _decode_block does: ValueError
+ * with the reason where it is damaged. */
+static PyObject *rans_read_model(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    int key_bits;
+    if (!PyArg_ParseTuple(args, "Oi", &obj, &key_bits)) return NULL;
+    if (key_bits < 0 || key_bits > 16) { PyErr_SetString(PyExc_ValueError, "key_bits must be in 0..16"); return NULL; }
+    buf_t b[1] = {{0}};
+    if (take(obj, &b[0], 0, "block") < 0) return NULL;
+    const uint8_t *data = b[0].v.buf;
+    Py_ssize_t len = b[0].v.len, pos = 1, i = 0, nbins = 0, top = 0;
+    const char *error = NULL;
+    PyObject *result = NULL;
+    Py_ssize_t stack[2 * 18];
+    uint32_t *firsts = model_firsts, *freqs = model_freqs;  /* scratch, GIL held */
+    uint8_t *levels = model_levels;
+    int p = 0;
+    uint64_t total = 0;
+    if (len < 1) { error = "empty block"; goto done; }
+    p = data[0];
+    if (p < 1 || p > 16) { error = "precision out of range"; goto done; }
+    stack[top++] = key_bits; stack[top++] = 0;
+    while (top) {
+        if (pos + i / 4 >= len) { error = "truncated trie"; goto done; }
+        int code = (data[pos + i / 4] >> (2 * (i % 4))) & 3;
+        i++;
+        Py_ssize_t node = stack[--top];
+        int level = (int)stack[--top];
+        if (code == 2 && level) {
+            stack[top++] = level - 1; stack[top++] = 2 * node + 1;
+            stack[top++] = level - 1; stack[top++] = 2 * node;
+        } else if (code == 1) {
+            if (nbins >= (1 << 16)) { error = "too many bins"; goto done; }
+            firsts[nbins] = (uint32_t)(node << level); levels[nbins++] = (uint8_t)level;
+        } else if (code != 0) { error = "invalid trie code"; goto done; }
+    }
+    if (i % 4 && data[pos + i / 4] >> (2 * (i % 4))) { error = "trie padding is not zero"; goto done; }
+    pos += (i + 3) / 4;
+    if (nbins < 1 || nbins > ((Py_ssize_t)1 << p)) { error = "more bins than slots"; goto done; }
+    for (Py_ssize_t r = 0; r < nbins; r++) {
+        uint32_t f;
+        if (read_varint(data, len, &pos, &f) < 0) { error = "truncated or overlong frequencies"; goto done; }
+        if (f >= (1u << 16)) { error = "frequency out of range"; goto done; }
+        freqs[r] = f + 1; total += f + 1;
+    }
+    if (total != ((uint64_t)1 << p)) { error = "frequencies do not sum to 2**P"; goto done; }
+    uint32_t length;
+    if (read_varint(data, len, &pos, &length) < 0) { error = "truncated length"; goto done; }
+    if ((Py_ssize_t)length > len - pos) { error = "truncated"; goto done; }
+    result = Py_BuildValue("(iy#y#y#nn)", p, (const char *)firsts, nbins * 4, (const char *)levels, nbins,
+                           (const char *)freqs, nbins * 4, pos, (Py_ssize_t)length);
+done:
+    release(b, 1);
+    if (error) PyErr_SetString(PyExc_ValueError, error);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"read_model", rans_read_model, METH_VARARGS, "read_model(block, key_bits) -> (P, firsts, levels, freqs, position, length)"},
     {"histogram", rans_histogram, METH_VARARGS, "histogram(values, width, shift, keys, block_log) -> int64 counts"},
     {"ranks", rans_ranks, METH_VARARGS, "ranks(values, width, shift, table) -> uint16 ranks"},
     {"trie_values", rans_trie_values, METH_VARARGS, "trie_values(values, width, shift, key_bits, bin_cost, node_cost)"},
