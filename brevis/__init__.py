@@ -3,6 +3,19 @@
 Each tensor is stored as a small program of reversible operators whose
 execution rebuilds it bit for bit.
 
+    brevis.compress("ckpt/", "ckpt.brv", threads=2)   # a folder, a file, or a list of them
+    brevis.decompress("ckpt.brv", "copy/")
+    brevis.verify("ckpt.brv", sources="ckpt/")["ok"]
+    brevis.inspect("ckpt.brv"); brevis.ls("ckpt.brv")
+    with brevis.open("ckpt.brv") as ckpt: ckpt["w"]    # one tensor, decoded alone
+    brevis.extract("ckpt.brv", ["w", "layers.0.*"], "part.safetensors")
+    brevis.cat("ckpt.brv", "config.json", out)         # archived files to a binary stream
+    brevis.compress_many(["run/step-1", "run/step-2"], "archives/", workers=4)
+
+Every failure raises a BrevisError (brevis.errors: one subclass per kind,
+each with its exit_code). help(brevis.compress) and the others document
+their arguments and the summary they return.
+
 The API is imported on first use, so that `python -m brevis` has its
 signal handling in place before the heavy imports (numpy, zstandard) run.
 """
@@ -10,11 +23,16 @@ signal handling in place before the heavy imports (numpy, zstandard) run.
 __version__ = "0.1.0"
 
 _API = {"compress", "decompress", "explain", "inspect", "learn_prior", "verify",
-        "compress_many", "Archive", "extract", "ls", "open_archive"}
+        "compress_many", "Archive", "extract", "ls", "open_archive", "cat", "default_archive"}
 
-__all__ = ["BrevisError", "compress", "decompress", "explain", "inspect", "learn_prior", "verify",
-           "compress_many", "Archive", "extract", "ls", "__version__"]
-# brevis.open (open_archive) is not in __all__: `import *` must not hide the builtin.
+__all__ = ["BrevisError", "compress", "decompress", "verify", "inspect", "ls", "extract", "cat",
+           "open_archive", "Archive", "compress_many", "learn_prior", "explain", "default_archive",
+           "safe_open", "load_file", "__version__"]
+# brevis.open (= open_archive) is not in __all__: `import *` must not hide the builtin.
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | {"open"})
 
 
 def __getattr__(name: str):
@@ -22,6 +40,10 @@ def __getattr__(name: str):
         from . import api
 
         return getattr(api, "open_archive" if name == "open" else name)
+    if name in ("safe_open", "load_file"):  # safetensors-like access (torch or numpy)
+        from . import access
+
+        return getattr(access, name)
     if name == "BrevisError":
         from .errors import BrevisError
 

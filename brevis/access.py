@@ -13,12 +13,18 @@ asking twice decodes twice.
 Names. The tensors are the typed segments of every file (safetensors,
 PyTorch storages, GGUF plain tensors and metadata arrays, ONNX
 initializers); byte segments (headers, gaps, GGUF quantized blocks) are
-not. When a single file of the archive holds tensors and their names are
-unique, a tensor's key is its name. Otherwise (tensors in several files,
-or a name that appears twice) every key is "path/in/archive::name", and a
-bare name is still accepted where only one tensor has it. A name that
+not. A tensor's key is its name where no other tensor of the archive has
+it (the shards of a sharded checkpoint included); a name several tensors
+share makes each of their keys "path/in/archive::name", and a name that
 appears twice in one file gets "#1", "#2", ... after its later
-occurrences. Iteration follows archive order.
+occurrences. "path::name" is accepted for every tensor. Iteration follows
+archive order.
+
+Frameworks. `Archive.tensor(name, "pt")` and `state_dict("pt")` give torch
+tensors made with torch.frombuffer on the decoded bytes (no copy, BF16
+and F8 as torch's own dtypes); `safe_open` and `load_file` offer the same
+as safetensors does. torch is imported only when asked for. Stored files
+(config.json, tokenizers) are read whole by path with `read_file`.
 
 Arrays. The tensor's dtype as numpy (F16 float16, F32 float32, F64
 float64, I8-I64, U8-U64, BOOL bool), its shape from the index, read-only.
@@ -37,6 +43,7 @@ changes no state after open. Do not close it while other threads read.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -48,7 +55,7 @@ from .archive.index import FileEntry, Index, SegmentEntry
 from .archive.reader import ArchiveReader
 from .fs.atomic import io_failure, make_temp, publish
 from .dtypes import DType
-from .errors import InvalidArgument, OutputExists
+from .errors import InvalidArgument, IOFailure, OutputExists
 
 QUALIFIER = "::"
 
@@ -84,28 +91,101 @@ def _ml_dtypes(required: bool | None):
 
 
 def name_tensors(index: Index):
-    """(key -> (file, segment) in archive order, unique bare name -> key,
+    """(key -> (file, segment) in archive order, other accepted name -> key,
     shared bare name -> its keys), by the rule of the module doc."""
     entries: dict[str, tuple[FileEntry, SegmentEntry]] = {}
     aliases: dict[str, str] = {}
     ambiguous: dict[str, list[str]] = {}
     tensors = [(f, s) for f in index.files for s in f.segments if s.dtype is not None]
     counts = Counter(s.name for _, s in tensors)
-    qualify = len({f.path for f, _ in tensors}) > 1 or any(n > 1 for n in counts.values())
     for f, s in tensors:
-        key = base = f"{f.path}{QUALIFIER}{s.name}" if qualify else s.name
+        key = base = s.name if counts[s.name] == 1 else f"{f.path}{QUALIFIER}{s.name}"
         k = 0
         while key in entries:  # the same name twice in one file
             k += 1
             key = f"{base}#{k}"
         entries[key] = (f, s)
-    if qualify:
-        for key, (_, s) in entries.items():
-            if counts[s.name] > 1:
-                ambiguous.setdefault(s.name, []).append(key)
-            elif s.name not in entries:
-                aliases[s.name] = key
+    for key, (f, s) in entries.items():
+        if counts[s.name] > 1:
+            ambiguous.setdefault(s.name, []).append(key)
+        else:  # "path::name" is accepted for every tensor
+            qualified = f"{f.path}{QUALIFIER}{s.name}"
+            if qualified not in entries:
+                aliases[qualified] = key
     return entries, aliases, ambiguous
+
+
+_TORCH = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64",
+          "I8": "int8", "I16": "int16", "I32": "int32", "I64": "int64",
+          "U8": "uint8", "U16": "uint16", "U32": "uint32", "U64": "uint64",
+          "BOOL": "bool", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+_FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np", "numpy": "np"}
+
+
+class BitsWarning(UserWarning):
+    """A BF16 or F8 tensor given to numpy as its bits (uint16/uint8): numpy
+    has no such dtype and ml_dtypes is not installed."""
+
+
+def _framework(name: str) -> str:
+    kind = _FRAMEWORKS.get(str(name).lower())
+    if kind is None:
+        raise InvalidArgument(f"framework {name!r} is not supported: use 'pt' (torch) or 'np' (numpy)")
+    if kind == "pt":
+        _torch()
+    return kind
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise InvalidArgument("torch is not installed (pip install torch), or use framework='np'") from None
+    return torch
+
+
+def _warn_bits(dtype: str) -> None:
+    import warnings
+
+    warnings.warn(f"{dtype} tensors come as their bits ({'uint16' if dtype == 'BF16' else 'uint8'}): numpy has "
+                  f"no {dtype} dtype; pip install ml_dtypes to get them typed, or use framework='pt'",
+                  BitsWarning, stacklevel=3)
+
+
+def _torch_tensor(out: np.ndarray, s: SegmentEntry, device: str = "cpu"):
+    """A torch tensor on the decoded bytes themselves (torch.frombuffer: it
+    shares `out`'s memory and keeps it alive)."""
+    torch = _torch()
+    dtype = getattr(torch, _TORCH[s.dtype.name], None)
+    if dtype is None:
+        raise InvalidArgument(f"this torch ({torch.__version__}) has no {s.dtype.name} dtype")
+    if s.length == 0:
+        t = torch.empty(s.shape, dtype=dtype)
+    else:
+        t = torch.frombuffer(out, dtype=dtype).reshape(s.shape)
+    return t if device == "cpu" else t.to(device)
+
+
+def follow_links(index: Index, path: str) -> str:
+    """The archive path an archived link at `path` points at (itself for
+    anything else); a link, or a folder above `path`, that is an archived
+    link is followed too. The reader checked that links end at a file or a
+    folder, so this ends."""
+    from .archive.schema import link_target
+
+    links = {k.path: k.target for k in index.links}
+    if not links:
+        return path
+    for _ in range(len(links) + 1):
+        parts = path.split("/")
+        for i in range(len(parts), 0, -1):
+            head = "/".join(parts[:i])
+            if head in links:
+                path = "/".join([link_target(head, links[head])] + parts[i:])
+                break
+        else:
+            return path
+    return path
 
 
 class Archive(Mapping):
@@ -164,18 +244,80 @@ class Archive(Mapping):
         return reader
 
     def __getitem__(self, name: str) -> np.ndarray:
+        s, out = self.decode_bytes(name)
+        out.setflags(write=False)
+        array = out.view(self.numpy_dtype(s.dtype)).reshape(s.shape)
+        array.setflags(write=False)
+        return array
+
+    def decode_bytes(self, name: str) -> tuple[SegmentEntry, np.ndarray]:
+        """A tensor's segment entry and its bytes, decoded into a new
+        (writable) uint8 array that nothing else refers to."""
         f, s = self._entries[self._resolve(name)]
         self._open_reader()
-        out = np.empty(s.length, np.uint8)
+        available = available_memory()
+        if available is not None and s.length > available:
+            raise InvalidArgument(f"tensor {name!r} is {s.length} bytes, more than the {available} bytes of memory "
+                                  "available: extract it to a file instead (brevis.extract)")
+        try:
+            out = np.empty(s.length, np.uint8)
+        except MemoryError:
+            raise InvalidArgument(f"tensor {name!r} is {s.length} bytes: not enough memory to hold it") from None
         pos = 0
         for chunk in s.chunks:
             data = self._decoder.decode(s, chunk, pos)
             out[pos:pos + len(data)] = data
             pos += len(data)
-        out.setflags(write=False)
-        array = out.view(self.numpy_dtype(s.dtype)).reshape(s.shape)
-        array.setflags(write=False)
-        return array
+        return s, out
+
+    def tensor(self, name: str, framework: str = "np", device: str = "cpu"):
+        """One tensor as `framework` gives it: "np" (a writable numpy array;
+        see numpy_dtype for BF16 and F8) or "pt" (a torch tensor, BF16 and
+        F8 included, made with torch.frombuffer on the decoded bytes: no
+        copy), on `device`."""
+        kind = _framework(framework)
+        s, out = self.decode_bytes(name)
+        if kind == "pt":
+            return _torch_tensor(out, s, device)
+        if device != "cpu":
+            raise InvalidArgument(f"numpy arrays are on the cpu, not {device!r}")
+        if s.dtype.name in _ML_DTYPES and self._ml is None:
+            _warn_bits(s.dtype.name)
+        return out.view(self.numpy_dtype(s.dtype)).reshape(s.shape)
+
+    def state_dict(self, framework: str = "pt", device: str = "cpu") -> dict:
+        """Every tensor of the archive, by key (plain names where unique), as
+        `tensor` gives them: what model.load_state_dict takes."""
+        _framework(framework)
+        return {key: self.tensor(key, framework, device) for key in self._entries}
+
+    # ------------------------------------------------------------ files
+    def paths(self) -> list[str]:
+        """The archived files and links, in archive order."""
+        return [f.path for f in self.index.files] + [k.path for k in self.index.links]
+
+    def read_file(self, path: str) -> bytes:
+        """The bytes of one archived file (config.json, a tokenizer, a whole
+        checkpoint file), every chunk checked; an archived link reads as
+        what it points at."""
+        files = {f.path: f for f in self.index.files}
+        path = follow_links(self.index, str(path).strip("/"))
+        entry = files.get(path)
+        if entry is None:
+            what = "a folder" if any(p.startswith(path + "/") for p in files) else "no file"
+            raise InvalidArgument(f"{path!r} is {what} in {self.path} (`brevis ls {self.path}` lists the files)")
+        self._open_reader()
+        out = bytearray(entry.size)
+        view = memoryview(out)
+        pos = 0
+        for s in entry.segments:
+            start = 0
+            for chunk in s.chunks:
+                data = self._decoder.decode(s, chunk, start)
+                view[pos:pos + len(data)] = data
+                pos += len(data)
+                start += len(data)
+        return bytes(out)
 
     def info(self, name: str) -> dict:
         """What the index says about one tensor; decodes nothing."""
@@ -183,14 +325,14 @@ class Archive(Mapping):
         f, s = self._entries[key]
         return {"key": key, "name": s.name, "file": f.path, "dtype": s.dtype.name,
                 "numpy_dtype": str(self.numpy_dtype(s.dtype)), "shape": list(s.shape),
-                "bytes": s.length, "stored_bytes": s.stored, "chunks": len(s.chunks),
+                "original_bytes": s.length, "stored_bytes": s.stored, "chunks": len(s.chunks),
                 "programs": [p.describe(s.value_type) for p in s.programs]}
 
     def files(self) -> list[dict]:
         """Every file of the archive with its tensors, from the index alone."""
-        return [{"path": f.path, "size": f.size, "format": f.format, "stored_bytes": f.stored,
+        return [{"path": f.path, "original_bytes": f.size, "format": f.format, "stored_bytes": f.stored,
                  "tensors": [{"key": self._keys[id(s)], "name": s.name, "dtype": s.dtype.name,
-                              "shape": list(s.shape), "bytes": s.length, "stored_bytes": s.stored}
+                              "shape": list(s.shape), "original_bytes": s.length, "stored_bytes": s.stored}
                              for s in f.segments if s.dtype is not None]}
                 for f in self.index.files]
 
@@ -211,17 +353,133 @@ class Archive(Mapping):
         return f"<brevis.Archive {str(self.path)!r}: {len(self)} tensors{state}>"
 
 
+def available_memory() -> int | None:
+    """Bytes of memory the system can still give (MemAvailable on Linux), or
+    None where unknown: a tensor larger than that is refused before it is
+    allocated, since with overcommit np.empty would succeed and decoding
+    into it end in the OOM killer."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def open_archive(path: str | os.PathLike, *, ml_dtypes: bool | None = None, base=None) -> Archive:
     """Open an archive for random access to its tensors (exported as brevis.open);
     `base`: the base model, for an archive made with compress --base."""
     return Archive(path, ml_dtypes=ml_dtypes, base=base)
 
 
+class SafeOpen:
+    """safetensors' safe_open, on an archive: `with brevis.safe_open(path,
+    framework="pt") as f: f.keys(), f.get_tensor(name)`. Every tensor of
+    every file of the archive, by its key (its plain name where no other
+    tensor has it, else "path/in/archive::name"; "path::name" is always
+    accepted); each decoded when asked for. Also `state_dict()` (all of
+    them) and `read_file(path)` (any archived file: config.json, a
+    tokenizer). framework "pt": torch tensors (BF16 and F8 included) on the
+    decoded bytes, without a copy; "np": numpy arrays (BF16 and F8 as
+    ml_dtypes types when it is installed, else their bits as uint16/uint8,
+    with a BitsWarning)."""
+
+    def __init__(self, path: str | os.PathLike, framework: str = "pt", device: str = "cpu", *, base=None):
+        self.framework = _framework(framework)
+        self.device = device
+        self.archive = Archive(path, base=base)
+
+    def keys(self) -> list[str]:
+        return list(self.archive)
+
+    def get_tensor(self, name: str):
+        return self.archive.tensor(name, self.framework, self.device)
+
+    def get_slice(self, name: str) -> "TensorSlice":
+        return TensorSlice(self, name)
+
+    def metadata(self) -> dict[str, str] | None:
+        """The `__metadata__` of the archive's one safetensors file, if it
+        holds exactly one; else None."""
+        import json
+
+        files = [f for f in self.archive.index.files if f.format == "safetensors"]
+        if len(files) != 1:
+            return None
+        data = self.archive.read_file(files[0].path)
+        size = int.from_bytes(data[:8], "little") if len(data) >= 8 else 0
+        try:
+            header = json.loads(data[8:8 + size])
+        except ValueError:
+            return None
+        meta = header.get("__metadata__") if isinstance(header, dict) else None
+        return meta if isinstance(meta, dict) else None
+
+    def state_dict(self) -> dict:
+        return self.archive.state_dict(self.framework, self.device)
+
+    def read_file(self, path: str) -> bytes:
+        return self.archive.read_file(path)
+
+    def paths(self) -> list[str]:
+        return self.archive.paths()
+
+    def close(self) -> None:
+        self.archive.close()
+
+    def __enter__(self) -> "SafeOpen":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class TensorSlice:
+    """safetensors' get_slice: shape and dtype from the index; indexing
+    decodes the tensor and slices it."""
+
+    def __init__(self, owner: SafeOpen, name: str):
+        self.owner, self.name = owner, name
+        self.info = owner.archive.info(name)
+
+    def get_shape(self) -> list[int]:
+        return list(self.info["shape"])
+
+    def get_dtype(self) -> str:
+        return self.info["dtype"]
+
+    def __getitem__(self, index):
+        return self.owner.get_tensor(self.name)[index]
+
+
+def safe_open(path: str | os.PathLike, framework: str = "pt", device: str = "cpu", *, base=None) -> SafeOpen:
+    """Open an archive as safetensors.safe_open opens a file (see SafeOpen)."""
+    return SafeOpen(path, framework, device, base=base)
+
+
+def load_file(path: str | os.PathLike, device: str = "cpu", *, framework: str = "pt", base=None) -> dict:
+    """Every tensor of an archive, as safetensors.torch.load_file gives a
+    file's (framework="np": as safetensors.numpy.load_file): a state dict."""
+    with safe_open(path, framework, device, base=base) as f:
+        return f.state_dict()
+
+
 def ls(archive: str | os.PathLike) -> dict:
-    """Files and tensors (key, name, dtype, shape, bytes) from the index alone."""
+    """Files and tensors from the index alone: archive, archive_bytes,
+    original_bytes, file_count, tensor_count, and files, each {path,
+    original_bytes, format, stored_bytes, tensors: [{key, name, dtype, shape,
+    original_bytes, stored_bytes}]}; links, each {path, target}."""
     with Archive(archive, ml_dtypes=False) as a:
+        files = a.files()
         return {"archive": str(archive), "archive_bytes": a._open_reader().size,
-                "original_bytes": a.index.original_bytes, "tensors": len(a), "files": a.files()}
+                "original_bytes": a.index.original_bytes, "file_count": len(files), "tensor_count": len(a),
+                "files": files, "link_count": len(a.index.links),
+                "links": [{"path": k.path, "target": k.target} for k in a.index.links]}
 
 
 # ------------------------------------------------------------ extract
@@ -285,11 +543,18 @@ def extract(archive: str | os.PathLike, names, output: str | os.PathLike, *, for
         if out.is_dir():
             raise OutputExists(f"{out} is a folder")
         if os.path.lexists(out) and not force:
-            raise OutputExists(f"{out} exists (use --force to overwrite)")
+            raise OutputExists(f"{out} exists", option="force")
         parent = out.absolute().parent
         if not parent.is_dir():
             raise InvalidArgument(f"cannot write {out}: folder {parent} does not exist")
         a._open_reader()
+        needed = len(header) + sum(s.length for _, s in chosen)
+        try:
+            free = shutil.disk_usage(parent).free
+        except OSError as e:
+            raise io_failure(e, f"cannot write {out}") from None
+        if needed > free:
+            raise IOFailure(f"{out}: needs {needed} bytes, {free} free on disk")
         try:
             # The writer's temporaries: the name cut to fit, locked against other runs' cleanup.
             tmp, fd = make_temp(parent, out.name)
@@ -304,7 +569,7 @@ def extract(archive: str | os.PathLike, names, output: str | os.PathLike, *, for
                         f.write(memoryview(data))
                     f.flush()
                     os.fsync(f.fileno())
-                    publish(f.fileno(), tmp, out)
+                    publish(f.fileno(), tmp, out, replace=force)
                 except OSError as e:
                     raise io_failure(e, f"cannot write {out}") from None
         except BaseException:
@@ -315,5 +580,5 @@ def extract(archive: str | os.PathLike, names, output: str | os.PathLike, *, for
             raise
     data_bytes = sum(s.length for _, s in chosen)
     return {"archive": str(archive), "output": str(out), "tensors": [n for n, _ in chosen],
-            "bytes": data_bytes, "file_bytes": len(header) + data_bytes,
+            "tensor_count": len(chosen), "original_bytes": data_bytes, "output_bytes": len(header) + data_bytes,
             "seconds": time.perf_counter() - start}

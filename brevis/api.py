@@ -8,27 +8,142 @@
     brevis.ls("out.brv"); brevis.extract("out.brv", ["w"], "w.safetensors")
     brevis.compress_many(["run/step-1", "run/step-2"], "archives/", workers=4)  # one archive each
 
-Every failure raises a BrevisError.
+Every failure raises a BrevisError. A source, an archive or an output is
+a str or an os.PathLike; where a function takes several sources it takes
+one path too. The summaries are dicts of one vocabulary (README, "JSON
+output"): `file_count`/`tensor_count` count what `files`/`tensors` list,
+`original_bytes` are bytes of the original data, `stored_bytes` what a
+part takes in the archive, `archive_bytes` the archive's size,
+`output_bytes` the size of a file written.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import sys
+import time
 from pathlib import Path
+from typing import BinaryIO, Callable
 
-from .access import Archive, extract, ls, open_archive
+from . import access
+from .access import Archive, ls, open_archive
 from .archive.reader import ArchiveReader
-from .codec.decoder import decompress
-from .codec.verifier import verify
-from .codec.encoder import compress
-from .fleet import compress_many
+from .codec import decoder as _decoder
+from .codec import encoder as _encoder
+from .codec import verifier as _verifier
+from .errors import InvalidArgument
+from .fs.atomic import io_failure
+from .synth.planner import DEFAULT_EFFORT
 
 __all__ = ["compress", "compress_many", "decompress", "verify", "inspect", "explain", "learn_prior",
-           "Archive", "open_archive", "ls", "extract"]
+           "Archive", "open_archive", "ls", "extract", "cat", "default_archive"]
+
+Progress = Callable[[int], None] | None
+
+
+def _paths(sources) -> list:
+    """One path or an iterable of paths, as a list (a str is one path, not its characters)."""
+    if isinstance(sources, (str, os.PathLike)):
+        return [sources]
+    return list(sources)
+
+
+def default_archive(sources) -> Path:
+    """The archive compress writes when none is named: X.brv beside X, for
+    one source X (a folder ckpt/ gives ckpt.brv), as zstd names X.zst."""
+    sources = _paths(sources)
+    if len(sources) != 1:
+        raise InvalidArgument(f"{len(sources)} sources: name the archive to write" if sources
+                              else "nothing to compress")
+    p = Path(sources[0])
+    if p.name in ("", ".", ".."):
+        p = p.resolve()
+    return p.with_name(p.name + ".brv")
+
+
+def compress(sources, output: str | os.PathLike | None = None, *, threads: int = 1, force: bool = False,
+             effort: int = DEFAULT_EFFORT, prior=None, base: str | os.PathLike | None = None,
+             exclude=(), default_excludes: bool = True, progress: Progress = None, executor=None,
+             processes: bool | None = None, **tuning) -> dict:
+    """Compress checkpoint folders or files into one archive; return a summary.
+
+    `sources`: a folder (its contents are archived, walked recursively), a
+    file, or a list of them (each then named by its base name). `output`:
+    the archive (default: default_archive, X.brv beside X). `threads`:
+    chunks of inputs of 8 MiB or more are encoded in this many worker
+    processes (`processes=False`: threads; `executor`: any
+    concurrent.futures executor, e.g. Dask's). `force`: overwrite an
+    existing archive. `effort` 0..3; `prior`: a Prior or a prior file
+    (learn_prior) instead of learning one; `base`: code tensors against
+    this base model (folder, file or archive) where it helps. `exclude`:
+    glob patterns of archived names to leave out of folders (a pattern
+    without '/' matches a name at any depth, a trailing '/' folders only);
+    `default_excludes=False` keeps version control folders and .DS_Store.
+    `progress(n)` is called as each chunk of n original bytes is written.
+
+    The summary: archive, file_count, original_bytes, archive_bytes, ratio,
+    seconds, learn_seconds, throughput_mb_s, effort, prior_samples,
+    encode_processes, skipped (each {path, kind, reason})."""
+    sources = _paths(sources)
+    if output is None:
+        output = default_archive(sources)
+    return _encoder.compress(sources, output, threads=threads, force=force, effort=effort, prior=prior, base=base,
+                             exclude=exclude, default_excludes=default_excludes, progress=progress,
+                             executor=executor, processes=processes, **tuning)
+
+
+def decompress(archive: str | os.PathLike, output: str | os.PathLike | None = None, *, threads: int = 1,
+               force: bool = False, base=None, progress: Progress = None, executor=None,
+               processes: bool | None = None, modes: bool = True, mtimes: bool = True, only=None) -> dict:
+    """Rebuild every archived file, byte for byte; return a summary.
+
+    An archive of one file gives that file back: `output` names it (an
+    existing folder, or a path ending with a separator: the file goes
+    inside), by default it is written beside the archive under its
+    archived name. Any other archive is rebuilt in the folder `output`
+    (default: the archive's path without .brv), created if needed;
+    existing files are refused unless `force`. `base`: the base model, for
+    an archive made against one. `progress(n)`: n more original bytes done.
+    Files get back their permission bits (less the umask) and modification
+    times (`modes=False`, `mtimes=False`: not restored); links inside the
+    tree come back as links. `only`: glob patterns (or one string of them,
+    comma-separated): just the files and links they match (a pattern
+    without '/' matches a name at any depth), and what those links point at.
+
+    The summary: archive, output, file_count, link_count, original_bytes, seconds."""
+    return _decoder.decompress(archive, output, threads=threads, force=force, progress=progress, base=base,
+                               executor=executor, processes=processes, modes=modes, mtimes=mtimes, only=only)
+
+
+def verify(archive: str | os.PathLike, sources=None, *, threads: int = 1, base=None, progress: Progress = None,
+           executor=None, processes: bool | None = None) -> dict:
+    """Decode everything and check every checksum; with `sources` (named as
+    for compress), compare with the original files too.
+
+    The report: archive, ok (True only when everything matched), file_count,
+    original_bytes, source_compared, problems (each {file, segment, error}),
+    seconds."""
+    return _verifier.verify(archive, _paths(sources) if sources else None, threads=threads, progress=progress,
+                            base=base, executor=executor, processes=processes)
+
+
+def compress_many(checkpoints, outdir: str | os.PathLike, **options) -> dict:
+    """Archive each checkpoint (a folder or file, or a list of them) into
+    OUTDIR/NAME.brv on Dask workers or a local process pool, verifying each
+    archive against its source; see brevis.fleet.compress_many for the
+    options (engine, workers, scheduler, retries, force, effort, prior,
+    threads, base, progress)."""
+    from .fleet import compress_many as run
+
+    return run(_paths(checkpoints), outdir, **options)
 
 
 def inspect(archive: str | os.PathLike) -> dict:
-    """Everything the index says: per file and segment, sizes and programs."""
+    """Everything the index says, decoding nothing: archive, archive_bytes,
+    original_bytes, file_count, tensor_count, base_required (made against a
+    base model), created_by, dirs, and files, each with its segments (name,
+    dtype, shape, original_bytes, stored_bytes, chunks, programs, search)."""
     with ArchiveReader(Path(archive)) as reader:
         index = reader.index
         files = []
@@ -50,8 +165,11 @@ def inspect(archive: str | os.PathLike) -> dict:
             files.append({"path": f.path, "format": f.format, "original_bytes": f.size,
                           "stored_bytes": f.stored, "segments": segments})
         return {"archive": str(archive), "archive_bytes": reader.size,
-                "original_bytes": index.original_bytes, "created_by": index.created_by,
-                "dirs": index.dirs, "files": files}
+                "original_bytes": index.original_bytes, "file_count": len(files),
+                "tensor_count": sum(1 for f in index.files for s in f.segments if s.dtype is not None),
+                "base_required": index.base is not None, "created_by": index.created_by,
+                "dirs": index.dirs, "files": files,
+                "links": [{"path": k.path, "target": k.target} for k in index.links]}
 
 
 def _productions(program) -> list[str]:
@@ -94,10 +212,118 @@ def explain(archive: str | os.PathLike) -> list[dict]:
 
 
 def learn_prior(sources, output=None, *, effort: int = 2, threads: int = 1):
-    """Learn a production prior on a checkpoint (and save it to `output`)."""
+    """Learn a production prior on a checkpoint (a folder, a file or a list
+    of them) and save it to `output` if given; return the Prior, to give
+    to compress(prior=...)."""
     from .codec.encoder import learn
 
-    prior = learn(sources, effort=effort, threads=threads)
+    prior = learn(_paths(sources), effort=effort, threads=threads)
     if output is not None:
         prior.save(output)
     return prior
+
+
+# ------------------------------------------------------------ extract and cat
+_GLOB = "*?["
+
+
+def _is_glob(name: str) -> bool:
+    return any(c in name for c in _GLOB)
+
+
+def expand_tensor_names(archive: str | os.PathLike, names) -> list[str]:
+    """Names with glob patterns (* ? [...]) replaced by the keys of the
+    tensors they match (by key, bare name or path::name), in archive order; a
+    pattern that matches nothing is an error."""
+    names = _paths(names)
+    if not any(_is_glob(n) for n in names):
+        return names
+    with ArchiveReader(Path(archive)) as reader:
+        entries, _, _ = access.name_tensors(reader.index)
+    out: list[str] = []
+    for n in names:
+        if not _is_glob(n):
+            out.append(n)
+            continue
+        found = [k for k, (f, s) in entries.items()
+                 if any(fnmatch.fnmatchcase(form, n) for form in (k, s.name, f"{f.path}{access.QUALIFIER}{s.name}"))]
+        if not found:
+            raise InvalidArgument(f"no tensor of {archive} matches {n!r}")
+        out += found
+    return list(dict.fromkeys(out))
+
+
+def default_extract_output(archive: str | os.PathLike) -> Path:
+    """ckpt.brv -> ckpt.part.safetensors, beside the archive."""
+    a = Path(archive)
+    return a.with_name((a.stem if a.suffix == ".brv" else a.name) + ".part.safetensors")
+
+
+def extract(archive: str | os.PathLike, names, output: str | os.PathLike | None = None, *, force: bool = False,
+            threads: int = 1, base=None) -> dict:
+    """Write the named tensors to a safetensors file, bit for bit.
+
+    `names`: tensor keys or bare names (brevis.ls lists them), or glob
+    patterns of them (`"*.attn.*"`), in the order wanted. `output`: the
+    file (default: default_extract_output, ARCHIVE.part.safetensors);
+    an existing one is refused unless `force`.
+
+    The summary: archive, output, tensors (their names in the file),
+    tensor_count, original_bytes (tensor data), output_bytes, seconds."""
+    names = expand_tensor_names(archive, names)
+    if output is None:
+        output = default_extract_output(archive)
+    return access.extract(archive, names, output, force=force, threads=threads, base=base)
+
+
+def cat(archive: str | os.PathLike, paths=None, out: BinaryIO | None = None, *, threads: int = 1,
+        base=None) -> dict:
+    """Write archived files, whole and in order, to the binary stream `out`
+    (default: standard output), every chunk checked as it is decoded.
+
+    `paths`: archived paths (as brevis.ls shows them) or glob patterns of
+    them; none: the archive's one file (an archive of several files then
+    is an error). The summary: archive, files (the paths written),
+    file_count, original_bytes, seconds."""
+    from .access import follow_links
+    from .codec.chunks import ChunkDecoder
+    from .workers.pool import Pool
+
+    start = time.perf_counter()
+    stream = out if out is not None else sys.stdout.buffer
+    with ArchiveReader(Path(archive)) as reader:
+        index = reader.index
+        by_path = {f.path: f for f in index.files}
+        if not paths:
+            one = _decoder.single_file(index)
+            if one is None:
+                raise InvalidArgument(f"{archive} holds {len(index.files)} files and {len(index.dirs)} folders: "
+                                      "name the files to write")
+            chosen = [one]
+        else:
+            chosen = []
+            for p in _paths(paths):
+                if _is_glob(p):
+                    found = [f for f in by_path if fnmatch.fnmatchcase(f, p)]
+                    if not found:
+                        raise InvalidArgument(f"no file of {archive} matches {p!r}")
+                    chosen += found
+                elif p in by_path:
+                    chosen.append(p)
+                elif follow_links(index, p) in by_path:  # an archived link: what it points at
+                    chosen.append(follow_links(index, p))
+                else:
+                    raise InvalidArgument(f"no file {p!r} in {archive}")
+        decoder = ChunkDecoder(reader, base)
+        work = [w for p in chosen for seg in by_path[p].segments for w in decoder.work_segment(seg)]
+        with Pool(threads) as pool:
+            try:
+                for data in pool.ordered_map(lambda w: decoder.decode(*w), work):
+                    stream.write(memoryview(data))
+                stream.flush()
+            except BrokenPipeError:
+                raise
+            except OSError as e:
+                raise io_failure(e, "cannot write the output") from None
+    return {"archive": str(archive), "files": chosen, "file_count": len(chosen),
+            "original_bytes": sum(by_path[p].size for p in chosen), "seconds": time.perf_counter() - start}

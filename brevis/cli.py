@@ -8,23 +8,75 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
+import threading
 import traceback
-from contextlib import contextmanager
+from contextlib import ExitStack as contextlib_exit, contextmanager
 from pathlib import Path
 
-import click
 
-from . import __version__, api
-from .errors import BrevisError, OutputExists
+def _interrupted_while_importing(signum, frame):
+    os.write(2, b"brevis: interrupted\n")
+    os._exit(130)
+
+
+# Ctrl-C while the imports below run (numpy, zstandard, Brevis: about half a
+# second), before main() has its handlers: one line and exit 130, not a
+# traceback. Only for the `brevis` command, whose script imports this
+# module first (python -m brevis: see __main__.py); nothing is started yet.
+_GUARD_IMPORTS = (os.path.basename(sys.argv[0] if sys.argv else "") == "brevis"
+                  and threading.current_thread() is threading.main_thread()
+                  and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+if _GUARD_IMPORTS:
+    signal.signal(signal.SIGINT, _interrupted_while_importing)
+
+import click  # noqa: E402
+
+from . import __version__, api  # noqa: E402
+from .errors import BrevisError, InvalidArgument, OutputExists
 from .synth.planner import DEFAULT_EFFORT
 from .workers import open_workers
 from .workers.pool import default_threads
-from .fs.sources import collect
+from .fs.sources import collect  # noqa: E402
+
+if _GUARD_IMPORTS:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 EXIT_INTERRUPTED = 130
 EXIT_INTERNAL = 70
+EXIT_USAGE = 2
+# The distribution's name on the package index ("brevis" there is another project).
+DIST = "brevis-ckpt"
+# The CLI's words for what gets past an error (BrevisError.option).
+OPTION_HINTS = {"force": " (use --force to overwrite)", "base": ": pass it with --base"}
+
+
+def _n(count: int, word: str, plural: str | None = None) -> str:
+    """'1 file', '3 files'."""
+    return f"{count} {word if count == 1 else plural or word + 's'}"
+
+
+def shown(text) -> str:
+    """A name as printed: characters that are not printable (control
+    characters, ANSI escapes, newlines, lone surrogates) escaped, so a name
+    from an archive can neither move the terminal nor split a line, and
+    prints on a strict UTF-8 standard output; a surrogate escape of a byte
+    that is not UTF-8 is shown as that byte (\\xNN)."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    out = []
+    for c in text:
+        if c.isprintable():
+            out.append(c)
+        elif 0xDC80 <= ord(c) <= 0xDCFF:
+            out.append(f"\\x{ord(c) - 0xDC00:02x}")
+        else:
+            out.append(c.encode("unicode_escape").decode("ascii"))
+    return "".join(out)
 
 
 def _size(n: float) -> str:
@@ -35,26 +87,122 @@ def _size(n: float) -> str:
     return str(n)
 
 
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class Progress:
+    """The progress hook of a long command: a bar on standard error when it
+    is a terminal (tqdm), with the total, percentage, rate and ETA, moved by
+    each chunk done (`progress(n)`: n more bytes). Its clock starts at the
+    first chunk, so that what runs before (scanning, learning the prior)
+    does not open with an absurd ETA. Safe to call from several threads."""
+
+    def __init__(self, total: int, quiet: bool, desc: str, file=None):
+        self.total = total
+        self.bar = None
+        self.started = False
+        self.lock = threading.Lock()
+        file = file if file is not None else sys.stderr
+        if not quiet and _is_terminal(file):
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total or None, unit="B", unit_scale=True, unit_divisor=1024, desc=desc,
+                            leave=False, file=file, dynamic_ncols=True)
+
+    def __call__(self, n: int) -> None:
+        if self.bar is None or not n:
+            return
+        with self.lock:
+            if not self.started:
+                self.started = True
+                self.bar.reset(total=self.total or None)  # the clock starts now
+            self.bar.update(n)
+
+    def write(self, line: str, file=None) -> None:
+        """A line above the bar (or just the line, without one)."""
+        if self.bar is None:
+            click.echo(line, file=file)
+        else:
+            with self.lock:
+                self.bar.write(line, file=file)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            with self.lock:
+                self.bar.refresh()
+                self.bar.close()
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _archive_total(archive: str, progress_wanted: bool) -> int:
+    """Original bytes of an archive, for a bar's total (read only when a bar shows)."""
+    if not progress_wanted:
+        return 0
+    from .archive.reader import ArchiveReader
+
+    try:
+        with ArchiveReader(Path(archive)) as reader:
+            return reader.index.original_bytes
+    except BrevisError:
+        return 0  # the command itself says what is wrong
+
+
+def _bar_wanted(quiet: bool) -> bool:
+    return not quiet and _is_terminal(sys.stderr)
+
+
 @contextmanager
-def progress_bar(total: int, quiet: bool, desc: str):
-    from tqdm import tqdm
+def _archive_input(archive: str):
+    """The archive's path; '-' reads it from standard input into a temporary
+    file first (the reader needs to seek: the index is at the end)."""
+    if archive != "-":
+        yield archive
+        return
+    if _is_terminal(sys.stdin):
+        raise InvalidArgument("no archive on standard input (it is a terminal)")
+    folder = tempfile.mkdtemp(prefix="brevis-stdin-")
+    try:
+        path = os.path.join(folder, "stdin.brv")
+        try:
+            with open(path, "wb") as f:
+                shutil.copyfileobj(sys.stdin.buffer, f, 1 << 20)
+        except OSError as e:
+            from .fs.atomic import io_failure
 
-    disable = quiet or not sys.stderr.isatty()
-    with tqdm(total=total, unit="B", unit_scale=True, desc=desc, disable=disable,
-              leave=False, file=sys.stderr) as bar:
-        yield bar.update
+            raise io_failure(e, "cannot spool standard input") from None
+        yield path
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
-def _emit(as_json: bool, quiet: bool, summary: dict, line: str) -> None:
+def _refuse_terminal_stdout(what: str) -> None:
+    if _is_terminal(sys.stdout):
+        raise InvalidArgument(f"refusing to write {what} to a terminal: redirect standard output, or name a file with -o")
+
+
+def _emit(as_json: bool, quiet: bool, summary: dict, line: str, err: bool = False) -> None:
     if as_json:
-        click.echo(json.dumps(summary, indent=1))
+        click.echo(json.dumps(summary, indent=1), err=err)
     elif not quiet:
-        click.echo(line)
+        click.echo(line, err=err)
 
 
-threads_option = click.option("-j", "--threads", type=click.IntRange(min=1), default=None,
-                              help="Worker threads (default: one per core); compress encodes inputs "
-                                   "of 8 MiB or more in this many worker processes, smaller ones on one thread.")
+def _threads_option(help: str):
+    return click.option("-j", "--threads", type=click.IntRange(min=1), default=None, help=help)
+
+
+DECODE_THREADS = ("Decoding: worker processes for archives of 32 MiB or more, else threads "
+                  "(default: one per core).")
+threads_option = _threads_option(DECODE_THREADS)
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 base_option = click.option("--base", type=click.Path(path_type=str), default=None,
@@ -72,44 +220,150 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj = {"debug": debug}
 
 
+def _report_skipped(skipped: list[dict], quiet: bool) -> None:
+    """What compress left out, and why, on standard error."""
+    if quiet or not skipped:
+        return
+    shown = 20
+    for k in skipped[:shown]:
+        click.echo(f"brevis: skipped {k['path']}: {k['reason']}", err=True)
+    if len(skipped) > shown:
+        click.echo(f"brevis: ... and {len(skipped) - shown} more skipped (--json lists them all)", err=True)
+    if any(k["kind"] == "default" for k in skipped):
+        click.echo("brevis: (--no-default-excludes keeps what is excluded by default)", err=True)
+
+
+@contextmanager
+def _stdin_source(name: str, near: str | None):
+    """Standard input spooled to a file named `name` (the name it is archived
+    under), in a temporary folder beside the archive where there is one:
+    the encoder reads its sources by path, more than once."""
+    if _is_terminal(sys.stdin):
+        raise InvalidArgument("no data on standard input (it is a terminal)")
+    if not name or "/" in name or name in (".", ".."):
+        raise InvalidArgument(f"{name!r} cannot name a file (--name)")
+    parent = os.path.dirname(os.path.abspath(near)) if near else None
+    if parent is not None and not os.path.isdir(parent):
+        parent = None  # the writer says what is wrong with the output
+    folder = tempfile.mkdtemp(prefix=".brevis-stdin-", dir=parent)
+    try:
+        path = os.path.join(folder, name)
+        try:
+            with open(path, "wb") as f:
+                shutil.copyfileobj(sys.stdin.buffer, f, 1 << 20)
+        except OSError as e:
+            from .fs.atomic import io_failure
+
+            raise io_failure(e, "cannot spool standard input") from None
+        yield path
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @cli.command()
 @click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=str))
-@click.option("-o", "--output", required=True, type=click.Path(path_type=str), help="Archive to write (.brv).")
+@click.option("-o", "--output", default=None, type=click.Path(path_type=str),
+              help="Archive to write (default: X.brv beside X, for one source X; '-': standard output).")
+@click.option("-c", "--stdout", "to_stdout", is_flag=True, help="Write the archive to standard output.")
 @click.option("-f", "--force", is_flag=True, help="Overwrite an existing archive.")
+@click.option("--exclude", "excludes", multiple=True, metavar="GLOB",
+              help="Leave out what matches GLOB inside folders (repeatable): a pattern without '/' matches "
+                   "a name at any depth ('*.bin'), one with '/' the whole path, a trailing '/' folders only.")
+@click.option("--no-default-excludes", is_flag=True,
+              help="Keep .git/, .hg/, .svn/ and .DS_Store, which are skipped by default.")
+@click.option("--dereference", is_flag=True,
+              help="Follow every symbolic link and store what it points at (tar -h). By default a link to a "
+                   "file or folder inside the source folder is stored as a link; others are followed.")
+@click.option("--name", "stdin_name", default=None,
+              help="Name of the file read from standard input (source '-'; default: the archive's name "
+                   "without .brv, else 'stdin').")
 @effort_option
 @click.option("--prior", "prior", type=click.Path(path_type=str), default=None,
               help="Use a prior learned before (brevis prior learn) instead of learning one.")
 @click.option("--explain", is_flag=True, help="Summarize which productions won where.")
 @click.option("--base", type=click.Path(path_type=str), default=None,
               help="Code tensors against this base model (a folder, file or .brv) where it helps.")
-@threads_option
+@_threads_option("Encoding: worker processes for inputs of 8 MiB or more (default: one per core); "
+                 "smaller inputs run on one thread.")
 @quiet_option
 @json_option
-def compress(sources, output, force, effort, prior, explain, base, threads, quiet, as_json):
-    """Compress checkpoint folders or files into one archive."""
-    from .codec import encoder
-
-    files, _ = collect(list(sources))
-    total = sum(s.path.stat().st_size for s in files)
-    threads = threads or default_threads()
-    # Worker processes (or none) for the whole command, opened before the
-    # progress bar, whose thread would otherwise keep them from being forked.
-    with open_workers(threads, total, encoder.PROCESS_MIN_BYTES) as workers, \
-            progress_bar(total, quiet, "compress") as update:
-        s = api.compress(sources, output, threads=threads, force=force, effort=effort, prior=prior,
-                         base=base, progress=update, executor=workers)
-    if explain:
-        s["explain"] = api.explain(output)
+def compress(sources, output, to_stdout, force, excludes, no_default_excludes, stdin_name, effort, prior,
+             explain, base, threads, quiet, as_json, dereference=False):
+    """Compress checkpoint folders or files into one archive ('-': standard input)."""
+    if output == "-":
+        to_stdout, output = True, None
+    if to_stdout and output is not None:
+        raise click.UsageError("-c (standard output) and -o FILE: give one")
+    if "-" in sources and len(sources) > 1:
+        raise click.UsageError("standard input ('-') can only be the one source")
+    if output is None and not to_stdout:
+        if "-" in sources:
+            raise click.UsageError("name the archive of standard input with -o ARCHIVE, or use -c")
+        if len(sources) > 1:
+            raise click.UsageError(f"{len(sources)} sources: name the archive with -o ARCHIVE")
+        output = str(api.default_archive(sources))
+    if to_stdout:
+        _refuse_terminal_stdout("an archive")
+    with contextlib_exit() as stack:
+        if sources == ("-",):
+            name = stdin_name or (Path(output).stem if output and output.endswith(".brv") else "stdin")
+            sources = (stack.enter_context(_stdin_source(name, output)),)
+        elif stdin_name is not None:
+            raise click.UsageError("--name names standard input: give '-' as the source")
+        target = output
+        if to_stdout:  # the archive is written to a file first, then copied
+            target = os.path.join(stack.enter_context(tempfile.TemporaryDirectory(prefix="brevis-")), "out.brv")
+        s = _compress(sources, target, threads, force, effort, prior, base, excludes, not no_default_excludes,
+                      quiet, dereference=dereference)
+        if to_stdout:
+            _copy_to_stdout(target)
+            s["archive"] = "-"
+        if explain:
+            s["explain"] = api.explain(target)
+    _report_skipped(s["skipped"], quiet or as_json)
+    shown = output if output is not None else "(standard output)"
     ratio = f"{100 * s['ratio']:.1f} %" if s["ratio"] is not None else "-"
-    _emit(as_json, quiet, s, f"{output}: {s['files']} files, {_size(s['original_bytes'])} -> "
-          f"{_size(s['archive_bytes'])} ({ratio}) in {s['seconds']:.1f} s")
-    if explain and not as_json:
+    links = f" and {_n(s['link_count'], 'link')}" if s.get("link_count") else ""
+    _emit(as_json, quiet, s, f"{shown}: {_n(s['file_count'], 'file')}{links}, {_size(s['original_bytes'])} -> "
+          f"{_size(s['archive_bytes'])} ({ratio}) in {s['seconds']:.1f} s", err=to_stdout)
+    if explain and not as_json and not quiet:
         for r in s["explain"]:
             pct = 100 * r["stored_bytes"] / r["original_bytes"]
             top = ", ".join(f"{k} {v}" for k, v in list(r["productions"].items())[:6])
             found = ", ".join(f"{k} {v}" for k, v in r["search"].items())
             click.echo(f"  {r['dtype']:8s} {r['role']:10s} {r['segments']:5d} segments "
-                       f"{_size(r['original_bytes']):>9s} -> {pct:5.1f} %  [{found}]  {top}")
+                       f"{_size(r['original_bytes']):>9s} -> {pct:5.1f} %  [{found}]  {top}", err=to_stdout)
+
+
+def _compress(sources, output, threads, force, effort, prior, base, excludes, default_excludes, quiet,
+              dereference=False) -> dict:
+    from .codec import encoder
+
+    files, _ = collect(list(sources), exclude=excludes, default_excludes=default_excludes,
+                       links=None if dereference else [])  # a link's bytes count once
+    total = sum(s.path.stat().st_size for s in files)
+    threads = threads or default_threads()
+    # Worker processes (or none) for the whole command, opened before the
+    # progress bar, whose thread would otherwise keep them from being forked.
+    with open_workers(threads, total, encoder.PROCESS_MIN_BYTES) as workers, \
+            Progress(total, quiet, "compress") as progress:
+        return api.compress(list(sources), output, threads=threads, force=force, effort=effort, prior=prior,
+                            base=base, exclude=excludes, default_excludes=default_excludes, progress=progress,
+                            executor=workers, dereference=dereference)
+
+
+def _copy_to_stdout(path: str) -> None:
+    out = sys.stdout.buffer
+    try:
+        with open(path, "rb") as f:
+            shutil.copyfileobj(f, out, 1 << 20)
+        out.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        from .fs.atomic import io_failure
+
+        raise io_failure(e, "cannot write standard output") from None
 
 
 @cli.command("compress-many")
@@ -143,8 +397,6 @@ def compress(sources, output, force, effort, prior, explain, base, threads, quie
 def compress_many(checkpoints, outdir, manifests, workers, scheduler, scheduler_file, engine, retries,
                   force, effort, prior, threads, base, quiet, as_json):
     """Compress many checkpoints (folders or files) into one archive each, on Dask workers."""
-    from tqdm import tqdm
-
     from . import fleet
 
     paths = list(checkpoints)
@@ -153,14 +405,11 @@ def compress_many(checkpoints, outdir, manifests, workers, scheduler, scheduler_
     if not paths:
         raise click.UsageError("no checkpoints: give folders or files, or --manifest FILE")
     if engine == "auto" and not (scheduler or scheduler_file) and not fleet.dask_available() and not quiet:
-        click.echo(f"brevis: Dask is not installed (pip install 'brevis[dask]'): using a local process pool "
-                   f"of {workers or default_threads()} workers", err=True)
+        click.echo(f"brevis: Dask is not installed (pip install '{DIST}[dask]'): using a local process pool "
+                   f"of {_n(workers or default_threads(), 'worker')}", err=True)
     total = sum(c.size for c in fleet.plan_checkpoints(paths, Path(outdir)))
-    disable = quiet or not sys.stderr.isatty()
-    with tqdm(total=total, unit="B", unit_scale=True, desc="compress-many", disable=disable,
-              leave=False, file=sys.stderr) as bar:
+    with Progress(total, quiet, "compress-many") as bar:
         def progress(r: dict) -> None:
-            bar.update(r["original_bytes"] or 0)
             if r["status"] == "failed":
                 bar.write(f"brevis: {r['name']}: FAILED: {r['error']}", file=sys.stderr)
             elif not quiet and not as_json:
@@ -169,14 +418,18 @@ def compress_many(checkpoints, outdir, manifests, workers, scheduler, scheduler_
                         f"({100 * (r['ratio'] or 0):.1f} %) in {r['seconds']:.1f} s, verified")
                 bar.write(f"{r['archive']}: {what}", file=sys.stdout)
 
+        # The bar moves as chunks are written on the workers (bytes_done), not per checkpoint.
         s = fleet.compress_many(paths, outdir, engine=engine, workers=workers, scheduler=scheduler,
                                 scheduler_file=scheduler_file, retries=retries, force=force, effort=effort,
-                                prior=prior, threads=threads, progress=progress, base=base)
+                                prior=prior, threads=threads, progress=progress, base=base,
+                                bytes_done=bar if bar.bar is not None else None)
     where = f"{s['engine']} at {s['scheduler']}" if s["scheduler"] else s["engine"]
     _emit(as_json, quiet, s, f"{outdir}: {s['compressed']} compressed, {s['skipped']} skipped, "
-          f"{s['failed']} failed; {s['workers']} workers ({where}) in {s['seconds']:.1f} s")
+          f"{s['failed']} failed; {_n(s['workers'], 'worker')} ({where}) in {s['seconds']:.1f} s")
     if not s["ok"]:
-        raise BrevisError(f"{s['failed']} of {len(s['checkpoints'])} checkpoints failed")
+        # The summary (on --json) already says so: one line, exit 1, no second JSON object.
+        click.echo(f"brevis: error: {s['failed']} of {len(s['checkpoints'])} checkpoints failed", err=True)
+        sys.exit(1)
 
 
 @cli.group()
@@ -189,33 +442,90 @@ def prior():
 @click.option("-o", "--output", required=True, type=click.Path(path_type=str), help="Prior file to write (.json).")
 @click.option("-f", "--force", is_flag=True, help="Overwrite an existing file.")
 @effort_option
-@threads_option
-def prior_learn(sources, output, force, effort, threads):
+@_threads_option("Threads for scanning and the learning searches (default: one per core).")
+@quiet_option
+def prior_learn(sources, output, force, effort, threads, quiet):
     """Learn the production prior of a checkpoint."""
     if os.path.exists(output) and not force:
-        raise OutputExists(f"{output} exists (use --force to overwrite)")
+        raise OutputExists(f"{output} exists", option="force")
     p = api.learn_prior(sources, output, effort=effort, threads=threads or default_threads())
-    click.echo(f"{output}: prior learned on {p.samples} tensors, {len(p.counts)} contexts")
+    if not quiet:
+        click.echo(f"{output}: prior learned on {_n(p.samples, 'tensor')}, {_n(len(p.counts), 'context')}")
 
 
 @cli.command()
 @click.argument("archive", type=click.Path(path_type=str))
+@click.argument("paths", nargs=-1)
 @click.option("-o", "--output", type=click.Path(path_type=str), default=None,
-              help="Folder to write (default: the archive's name without .brv).")
+              help="An archive of one file: the file to write (default: its archived name, beside the archive). "
+                   "Any other: the folder (default: the archive's name without .brv). '-': standard output.")
+@click.option("-c", "--stdout", "to_stdout", is_flag=True,
+              help="Write to standard output: the archive's one file, or the PATHS named (as brevis cat).")
 @click.option("-f", "--force", is_flag=True, help="Overwrite existing files.")
+@click.option("--only", "only", multiple=True, metavar="GLOB",
+              help="Only the files matching GLOB (repeatable, or comma-separated: 'config.json,*.safetensors'; "
+                   "a pattern without '/' matches a name at any depth), and what links among them point at.")
+@click.option("--no-mode", "no_mode", is_flag=True,
+              help="Do not restore permission bits: files get 0666 less the umask.")
+@click.option("--no-mtime", "--touch", "no_mtime", is_flag=True,
+              help="Do not restore modification times (tar -m): files are dated now.")
 @base_option
 @threads_option
 @quiet_option
 @json_option
-def decompress(archive, output, force, base, threads, quiet, as_json):
-    """Rebuild every archived file, byte for byte."""
-    from .codec.chunks import processes_for
+def decompress(archive, paths, output, to_stdout, force, base, threads, quiet, as_json, only=(), no_mode=False,
+               no_mtime=False):
+    """Rebuild every archived file, byte for byte ('-': the archive from standard input)."""
+    if output == "-":
+        to_stdout, output = True, None
+    if to_stdout and output is not None:
+        raise click.UsageError("-c (standard output) and -o PATH: give one")
+    if paths and not to_stdout:
+        raise click.UsageError("PATHS are written to standard output only: add -c (or use brevis cat)")
+    if archive == "-" and output is None and not to_stdout:
+        raise click.UsageError("name the output of an archive read from standard input with -o (or use -c)")
+    with _archive_input(archive) as path:
+        if to_stdout:
+            s = _cat(archive, path, paths, base, threads)
+            _emit(as_json, True, s, "", err=True)
+            return
+        from .codec.chunks import processes_for
 
-    threads = threads or default_threads()
-    with processes_for(archive, threads) as workers, progress_bar(0, quiet, "decompress") as update:
-        s = api.decompress(archive, output, threads=threads, force=force, progress=update, base=base,
-                           executor=workers)
-    _emit(as_json, quiet, s, f"{s['output']}: {s['files']} files, {_size(s['bytes'])} in {s['seconds']:.1f} s")
+        threads = threads or default_threads()
+        total = _archive_total(path, _bar_wanted(quiet))
+        with processes_for(path, threads) as workers, Progress(total, quiet, "decompress") as progress:
+            s = api.decompress(path, output, threads=threads, force=force, progress=progress, base=base,
+                               executor=workers, modes=not no_mode, mtimes=not no_mtime, only=list(only) or None)
+        s["archive"] = archive
+    links = f" and {_n(s['link_count'], 'link')}" if s.get("link_count") else ""
+    _emit(as_json, quiet, s, f"{s['output']}: {_n(s['file_count'], 'file')}{links}, {_size(s['original_bytes'])} "
+          f"in {s['seconds']:.1f} s")
+
+
+def _cat(archive: str, path: str, paths, base, threads) -> dict:
+    """api.cat of the archive at `path` (shown as `archive`) to standard output."""
+    try:
+        s = api.cat(path, list(paths) or None, sys.stdout.buffer, threads=threads or default_threads(), base=base)
+    except InvalidArgument as e:
+        if not paths and "name the files" in str(e):
+            raise InvalidArgument(f"{archive} is not an archive of one file: standard output takes the files "
+                                  f"named (brevis cat {archive} PATH...; brevis ls {archive} lists them)") from None
+        raise
+    s["archive"] = archive
+    return s
+
+
+@cli.command("cat")
+@click.argument("archive", type=click.Path(path_type=str))
+@click.argument("paths", nargs=-1)
+@base_option
+@_threads_option("Decoding threads (default: one per core).")
+@json_option
+def cat_command(archive, paths, base, threads, as_json):
+    """Write archived files (PATHS, or globs of them; none: the archive's one file) to standard output."""
+    with _archive_input(archive) as path:
+        s = _cat(archive, path, paths, base, threads)
+    _emit(as_json, True, s, "", err=True)
 
 
 @cli.command()
@@ -231,49 +541,62 @@ def verify(archive, sources, base, threads, quiet, as_json):
     from .codec.chunks import processes_for
 
     threads = threads or default_threads()
-    with processes_for(archive, threads) as workers, progress_bar(0, quiet, "verify") as update:
-        r = api.verify(archive, list(sources) or None, threads=threads, progress=update, base=base,
-                       executor=workers)
+    with _archive_input(archive) as path:
+        total = _archive_total(path, _bar_wanted(quiet))
+        with processes_for(path, threads) as workers, Progress(total, quiet, "verify") as progress:
+            r = api.verify(path, list(sources) or None, threads=threads, progress=progress, base=base,
+                           executor=workers)
+        r["archive"] = archive
     if as_json:
         click.echo(json.dumps(r, indent=1))
     elif not quiet:
         for p in r["problems"]:
             where = ": ".join(str(x) for x in (p["file"], p["segment"]) if x is not None)
             click.echo(f"{where}: {p['error']}", err=True)
-        what = " and the source" if sources else ""
-        click.echo(f"{archive}: OK, {r['files']} files match{what}" if r["ok"]
-                   else f"{archive}: FAILED, {len(r['problems'])} problems")
+        files = _n(r["file_count"], "file") + (f" and {_n(r['link_count'], 'link')}" if r.get("link_count") else "")
+        click.echo((f"{archive}: OK, {files} match the source" if sources
+                    else f"{archive}: OK, {files}, every checksum matches") if r["ok"]
+                   else f"{archive}: FAILED, {_n(len(r['problems']), 'problem')}")
     if not r["ok"]:
         sys.exit(6)
 
 
 @cli.command()
 @click.argument("archive", type=click.Path(path_type=str))
+@quiet_option
 @json_option
-def inspect(archive, as_json):
+def inspect(archive, quiet, as_json):
     """Show files, tensors, sizes and the program of each tensor."""
     from .archive.schema import SearchKind, search_kind
 
-    r = api.inspect(archive)
+    with _archive_input(archive) as path:
+        r = api.inspect(path)
+    r["archive"] = archive
     if as_json:
         click.echo(json.dumps(r, indent=1))
         return
+    if quiet:
+        return
     total = r["original_bytes"]
-    click.echo(f"{r['archive']}: {len(r['files'])} files, {_size(total)} -> {_size(r['archive_bytes'])}"
-               f" ({100 * r['archive_bytes'] / total:.1f} %)" if total else f"{r['archive']}: empty")
+    files = _n(r["file_count"], "file")
+    click.echo(f"{shown(r['archive'])}: {files}, {_size(total)} -> {_size(r['archive_bytes'])}"
+               f" ({100 * r['archive_bytes'] / total:.1f} %)" if total else f"{shown(r['archive'])}: {files}, empty")
+    if r["base_required"]:
+        click.echo("made against a base model: decompress, verify, extract and cat need --base")
     for f in r["files"]:
         pct = f"{100 * f['stored_bytes'] / f['original_bytes']:.1f} %" if f["original_bytes"] else "-"
-        click.echo(f"{f['path']}  [{f['format']}]  {f['original_bytes']} -> {f['stored_bytes']} ({pct})")
+        click.echo(f"{shown(f['path'])}  [{shown(f['format'])}]  {f['original_bytes']} -> {f['stored_bytes']} ({pct})")
         for s in f["segments"]:
             shape = "x".join(map(str, s["shape"])) if s["shape"] is not None else ""
-            click.echo(f"  {s['name'] or '(bytes)'}  {s['dtype']}{'[' + shape + ']' if shape else ''}  "
+            click.echo(f"  {shown(s['name']) or '(bytes)'}  {s['dtype']}{'[' + shape + ']' if shape else ''}  "
                        f"{s['original_bytes']} -> {s['stored_bytes']}")
             for p in s["programs"]:
-                click.echo(f"    {p['program']}" + (f"  ({p['chunks']} chunks)" if len(s["programs"]) > 1 else ""))
+                click.echo(f"    {p['program']}" + (f"  ({_n(p['chunks'], 'chunk')})" if len(s["programs"]) > 1
+                                                    else ""))
             st = s.get("search") or {}
             kind = search_kind(st)
             if kind is SearchKind.SEARCH:
-                click.echo(f"    search: A*, {st['expanded']} nodes expanded, estimated {st['estimate']}"
+                click.echo(f"    search: A*, {_n(st['expanded'], 'node')} expanded, estimated {st['estimate']}"
                            f" -> actual {s['stored_bytes']} bytes" + (" (budget hit)" if st.get("exhausted") else ""))
             elif kind is SearchKind.FAMILY:
                 click.echo(f"    search: reused a sibling's program, estimated {st['estimate']}"
@@ -285,34 +608,40 @@ def inspect(archive, as_json):
 
 @cli.command("ls")
 @click.argument("archive", type=click.Path(path_type=str))
+@quiet_option
 @json_option
-def ls_command(archive, as_json):
+def ls_command(archive, quiet, as_json):
     """List files and tensors from the index alone (decodes nothing)."""
-    r = api.ls(archive)
+    with _archive_input(archive) as path:
+        r = api.ls(path)
+    r["archive"] = archive
     if as_json:
         click.echo(json.dumps(r, indent=1))
         return
+    if quiet:
+        return
     for f in r["files"]:
-        tensors = f"  {len(f['tensors'])} tensors" if f["tensors"] else ""
-        click.echo(f"{f['path']}  [{f['format']}]  {f['size']} bytes{tensors}")
+        tensors = f"  {_n(len(f['tensors']), 'tensor')}" if f["tensors"] else ""
+        click.echo(f"{shown(f['path'])}  [{shown(f['format'])}]  {_n(f['original_bytes'], 'byte')}{tensors}")
         for t in f["tensors"]:
-            click.echo(f"  {t['key']}  {t['dtype']}[{'x'.join(map(str, t['shape']))}]  {t['bytes']}")
+            click.echo(f"  {shown(t['key'])}  {t['dtype']}[{'x'.join(map(str, t['shape']))}]  {t['original_bytes']}")
 
 
 @cli.command()
 @click.argument("archive", type=click.Path(path_type=str))
 @click.argument("names", nargs=-1, required=True)
-@click.option("-o", "--output", required=True, type=click.Path(path_type=str),
-              help="safetensors file to write.")
+@click.option("-o", "--output", default=None, type=click.Path(path_type=str),
+              help="safetensors file to write (default: the archive's name without .brv + .part.safetensors).")
 @click.option("-f", "--force", is_flag=True, help="Overwrite an existing file.")
 @base_option
-@threads_option
+@_threads_option("Decoding threads (default: one per core).")
 @quiet_option
 @json_option
 def extract(archive, names, output, force, base, threads, quiet, as_json):
-    """Write the named tensors to a safetensors file, bit for bit (names: brevis ls)."""
+    """Write the named tensors (names or globs, as brevis ls shows them) to a safetensors file, bit for bit."""
     s = api.extract(archive, names, output, force=force, threads=threads or default_threads(), base=base)
-    _emit(as_json, quiet, s, f"{output}: {len(s['tensors'])} tensors, {_size(s['bytes'])} in {s['seconds']:.1f} s")
+    _emit(as_json, quiet, s, f"{s['output']}: {_n(s['tensor_count'], 'tensor')}, {_size(s['original_bytes'])} "
+          f"in {s['seconds']:.1f} s")
 
 
 def _terminate(signum, frame):
@@ -320,31 +649,52 @@ def _terminate(signum, frame):
     raise KeyboardInterrupt
 
 
+def _split_flags(argv: list[str]) -> tuple[list[str], bool, bool]:
+    """--debug anywhere before '--' (before or after the command) moves to
+    the front, where the group takes it; and whether --json was asked."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    debug = "--debug" in argv[:end]
+    as_json = "--json" in argv[:end]
+    rest = [a for i, a in enumerate(argv) if not (i < end and a == "--debug")]
+    return (["--debug"] if debug else []) + rest, debug, as_json
+
+
+def _fail(as_json: bool, kind: str, message: str, exit_code: int) -> None:
+    """One line on standard error, and with --json an error object on standard output; exit."""
+    click.echo(f"brevis: {kind}: {message}" if message != kind else f"brevis: {kind}", err=True)
+    if as_json:
+        click.echo(json.dumps({"error": {"kind": kind, "message": message, "exit_code": exit_code}}, indent=1))
+    sys.exit(exit_code)
+
+
+def _usage_message(e: click.ClickException) -> str:
+    message = " ".join(e.format_message().split())
+    ctx = getattr(e, "ctx", None)
+    if isinstance(e, click.UsageError) and ctx is not None:
+        message += f" (see {ctx.command_path} --help)"
+    return message
+
+
 def main(argv: list[str] | None = None) -> None:
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    argv, debug, as_json = _split_flags(list(argv if argv is not None else sys.argv[1:]))
     signal.signal(signal.SIGTERM, _terminate)
     try:
         cli.main(args=argv, prog_name="brevis", standalone_mode=False)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
-    except click.ClickException as e:
-        e.show()
-        sys.exit(2)
+    except click.ClickException as e:  # usage errors, in one line as every error
+        _fail(as_json, "invalid argument", _usage_message(e), EXIT_USAGE)
     except click.exceptions.Abort:
-        click.echo("brevis: interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        _fail(as_json, "interrupted", "interrupted", EXIT_INTERRUPTED)
     except BrevisError as e:
         if debug:
             traceback.print_exc()
-        click.echo(f"brevis: {e.kind}: {e}", err=True)
-        sys.exit(e.exit_code)
+        _fail(as_json, e.kind, f"{e}{OPTION_HINTS.get(e.option, '')}", e.exit_code)
     except KeyboardInterrupt:
-        click.echo("brevis: interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        _fail(as_json, "interrupted", "interrupted", EXIT_INTERRUPTED)
     except BrokenPipeError:
         os._exit(1)
     except Exception as e:  # a bug: say so in one line, details with --debug
         if debug:
             traceback.print_exc()
-        click.echo(f"brevis: internal error: {type(e).__name__}: {e} (rerun with --debug)", err=True)
-        sys.exit(EXIT_INTERNAL)
+        _fail(as_json, "internal error", f"{type(e).__name__}: {e} (rerun with --debug)", EXIT_INTERNAL)

@@ -13,6 +13,15 @@ class BrevisError(Exception):
 
     exit_code = 1
     kind = "error"
+    # The option of the command line that gets past this error ("force",
+    # "base"), if any: the CLI adds its own words for it, so that messages
+    # raised to Python callers speak of no command-line option.
+    option: str | None = None
+
+    def __init__(self, *args, option: str | None = None):
+        super().__init__(*args)
+        if option is not None:
+            self.option = option
 
 
 class InvalidArgument(BrevisError):
@@ -51,10 +60,16 @@ class ChecksumError(BrevisError):
 
 
 class OutputExists(InvalidArgument):
-    """An output path exists and --force was not given."""
+    """An output path exists and overwriting was not asked for (force=True)."""
 
     exit_code = 7
     kind = "output exists"
+
+
+class BaseRequired(InvalidArgument):
+    """The archive was coded against a base model and none was given."""
+
+    option = "base"
 
 
 class IOFailure(BrevisError):

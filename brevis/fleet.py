@@ -2,7 +2,7 @@
 
     brevis.compress_many(["run/step-1000", "run/step-2000"], "archives/", workers=4)
 
-The work runs on Dask (`pip install 'brevis[dask]'`): a local cluster of
+The work runs on Dask (`pip install '.[dask]'`, the extra `dask`): a local cluster of
 worker processes by default, or an existing cluster (`scheduler=` a
 scheduler address, `scheduler_file=`, or Dask's own DASK_SCHEDULER_ADDRESS).
 Without Dask, a local process pool (concurrent.futures) runs the same
@@ -35,9 +35,12 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import sys
+import threading
 import time
 import uuid
+import warnings
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -54,6 +57,7 @@ from .synth.prior import Prior
 SUFFIX = ".brv"
 DEFAULT_RETRIES = 3
 SPLIT_BYTES = 64 << 20  # on Dask, a checkpoint with a file this large has its chunks spread over the cluster
+PROGRESS_SECONDS = 0.25  # how often compress tasks report their bytes done, and the driver reads them
 ENGINES = ("auto", "dask", "processes")
 
 
@@ -77,7 +81,7 @@ def verify_task(source: str, archive: str, threads: int, base: str | None = None
     except BrevisError as e:  # damaged, truncated: not a usable archive
         return {"ok": False, "error": _error(e), "seconds": time.perf_counter() - start}
     problem = r["problems"][0] if r["problems"] else None
-    return {"ok": r["ok"], "original_bytes": r["bytes"], "seconds": time.perf_counter() - start,
+    return {"ok": r["ok"], "original_bytes": r["original_bytes"], "seconds": time.perf_counter() - start,
             "error": None if problem is None else
             f"{': '.join(str(x) for x in (problem['file'], problem['segment']) if x)}: {problem['error']}"}
 
@@ -89,8 +93,108 @@ def learn_task(source: str, effort: int, threads: int, base: str | None = None) 
     return json.dumps(learn([source], effort=effort, threads=threads, base=base).to_json())
 
 
+class ProgressWriter:
+    """A compress task's bytes done so far, written (8 bytes, little endian,
+    at most every PROGRESS_SECONDS) to a file the driver polls: the output
+    folder is shared by the driver and the workers already. Best effort: a
+    failure to write stops the reports, never the task."""
+
+    def __init__(self, path: str):
+        self.done = 0
+        self.last = 0.0
+        try:
+            self.fd: int | None = os.open(path, os.O_WRONLY)
+        except OSError:
+            self.fd = None
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_SECONDS:
+            self.last = now
+            self._write()
+
+    def _write(self) -> None:
+        if self.fd is not None:
+            try:
+                os.pwrite(self.fd, struct.pack("<Q", self.done), 0)
+            except OSError:
+                self.close()
+
+    def close(self) -> None:
+        self._write()
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class ProgressFiles:
+    """The driver's side: one locked temporary per checkpoint to compress
+    (named like the archive's temporaries, so a killed run's are cleaned
+    up), polled by a thread that reports new bytes to `bytes_done`; a
+    checkpoint that finishes counts whole."""
+
+    def __init__(self, outdir: Path, bytes_done: Callable[[int], None]):
+        from .fs.atomic import make_temp
+
+        self.make_temp = make_temp
+        self.outdir = outdir
+        self.bytes_done = bytes_done
+        self.files: dict[str, tuple[Path, int, int]] = {}  # name -> (path, fd, size)
+        self.seen: dict[str, int] = {}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    def path_for(self, c: "Checkpoint") -> str | None:
+        try:
+            path, fd = self.make_temp(self.outdir, c.archive.name)
+        except OSError:
+            return None
+        with self.lock:
+            self.files[c.name] = (path, fd, c.size)
+            self.seen.setdefault(c.name, 0)
+        return str(path)
+
+    def _advance(self, name: str, value: int, size: int) -> None:
+        with self.lock:
+            delta = min(value, size) - self.seen.get(name, 0)
+            if delta <= 0:
+                return
+            self.seen[name] = min(value, size)
+        self.bytes_done(delta)
+
+    def _poll(self) -> None:
+        while not self.stop.wait(PROGRESS_SECONDS):
+            with self.lock:
+                files = list(self.files.items())
+            for name, (_, fd, size) in files:
+                try:
+                    data = os.pread(fd, 8, 0)
+                except OSError:
+                    continue
+                if len(data) == 8:
+                    self._advance(name, struct.unpack("<Q", data)[0], size)
+
+    def finished(self, c: "Checkpoint") -> None:
+        self._advance(c.name, c.size, c.size)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        for path, fd, _ in self.files.values():
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            os.close(fd)
+        self.files.clear()
+
+
 def compress_task(source: str, archive: str, prior_json: str | None, effort: int, threads: int,
-                  base: str | None = None, split: bool = False, batch_bytes: int | None = None) -> dict:
+                  base: str | None = None, split: bool = False, batch_bytes: int | None = None,
+                  progress_path: str | None = None) -> dict:
     """Compress one checkpoint with the fleet's prior, then verify the archive.
 
     `split` (on a Dask worker): the checkpoint's chunks are encoded by the
@@ -105,6 +209,7 @@ def compress_task(source: str, archive: str, prior_json: str | None, effort: int
     # force: the driver decided this archive is to be (re)written; a retry
     # may also find the archive of an attempt that died after its rename.
     kw = dict(threads=threads, force=True, effort=effort, prior=prior, base=base, processes=False)
+    progress = kw["progress"] = ProgressWriter(progress_path) if progress_path else None
     try:
         if split:
             from distributed import worker_client
@@ -120,6 +225,9 @@ def compress_task(source: str, archive: str, prior_json: str | None, effort: int
         raise
     except BrevisError as e:
         return {"error": _error(e), "seconds": time.perf_counter() - start}
+    finally:
+        if progress is not None:
+            progress.close()
     r = verify_task(source, archive, threads, base)
     out = {"original_bytes": s["original_bytes"], "archive_bytes": s["archive_bytes"],
            "verified": r["ok"], "error": None, "seconds": time.perf_counter() - start,
@@ -200,7 +308,11 @@ class DaskEngine(Engine):
             if address or scheduler_file:
                 self.client = Client(address, scheduler_file=scheduler_file, timeout="30s")
             else:
-                with dask.config.set({"distributed.scheduler.allowed-failures": retries}):
+                # The scheduler's HTTP server (metrics, even without a dashboard) takes
+                # port 8787, or another with a warning when that is taken: not the user's concern.
+                with dask.config.set({"distributed.scheduler.allowed-failures": retries}), \
+                        warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
                     self.cluster = LocalCluster(n_workers=workers or default_threads(), threads_per_worker=1,
                                                 processes=True, dashboard_address=None,
                                                 silence_logs=logging.ERROR)
@@ -329,7 +441,7 @@ def open_engine(engine: str = "auto", workers: int | None = None, scheduler: str
         raise InvalidArgument("a scheduler needs the dask engine, not a local process pool")
     if engine == "dask" or remote or (engine == "auto" and dask_available()):
         if not dask_available():
-            raise InvalidArgument("Dask is not installed: pip install 'brevis[dask]'")
+            raise InvalidArgument("Dask is not installed: pip install 'brevis-ckpt[dask]' (or distributed)")
         return DaskEngine(workers, scheduler, scheduler_file, retries)
     return ProcessEngine(workers, retries)
 
@@ -429,7 +541,7 @@ def compress_many(checkpoints: list[str | os.PathLike], outdir: str | os.PathLik
                   effort: int = DEFAULT_EFFORT, prior: Prior | str | os.PathLike | None = None,
                   threads: int = 1, progress: Callable[[dict], None] | None = None,
                   base: str | os.PathLike | None = None, split_bytes: int = SPLIT_BYTES,
-                  batch_bytes: int | None = None) -> dict:
+                  batch_bytes: int | None = None, bytes_done: Callable[[int], None] | None = None) -> dict:
     """Archive each checkpoint (folder or file) into OUTDIR/NAME.brv.
 
     `engine`: "auto" (Dask if installed, else a process pool), "dask",
@@ -438,7 +550,10 @@ def compress_many(checkpoints: list[str | os.PathLike], outdir: str | os.PathLik
     coded against (compress --base). On Dask, a checkpoint with a file of
     `split_bytes` or more has its chunks encoded across the cluster, in
     jobs of about `batch_bytes` (default encoder.WORKER_BATCH_BYTES).
-    `progress(report)` is called as each checkpoint finishes. Returns a summary with a report per checkpoint
+    `progress(report)` is called as each checkpoint finishes;
+    `bytes_done(n)` (from another thread too) as n more bytes of the fleet
+    are done: chunks written by the tasks, as they go (through files in
+    the output folder), and whole checkpoints skipped or failed. Returns a summary with a report per checkpoint
     (name, source, archive, status compressed/skipped/failed, sizes,
     ratio, seconds, verified, error); "ok" is True when none failed.
     """
@@ -463,8 +578,12 @@ def compress_many(checkpoints: list[str | os.PathLike], outdir: str | os.PathLik
     eng = open_engine(engine, workers, scheduler, scheduler_file, retries) if own else engine
     reports: dict[str, dict] = {}
 
+    tracker = ProgressFiles(out, bytes_done) if bytes_done is not None else None
+
     def done(c: Checkpoint, report: dict) -> None:
         reports[c.name] = report
+        if tracker is not None:
+            tracker.finished(c)
         if progress:
             progress(report)
 
@@ -513,7 +632,8 @@ def compress_many(checkpoints: list[str | os.PathLike], outdir: str | os.PathLik
         # 3. Compress and verify.
         split = isinstance(eng, DaskEngine)
         for t, ok, r in eng.run(Task(c, compress_task, (str(c.source), str(c.archive), prior_json, effort, threads,
-                                                        base, split and c.largest >= split_bytes, batch_bytes),
+                                                        base, split and c.largest >= split_bytes, batch_bytes,
+                                                        tracker.path_for(c) if tracker is not None else None),
                                      "compress") for c in todo):
             c = t.tag
             if not ok:
@@ -526,6 +646,8 @@ def compress_many(checkpoints: list[str | os.PathLike], outdir: str | os.PathLik
                                  encode_processes=r.get("encode_processes")))
         workers_seen = eng.workers
     finally:
+        if tracker is not None:
+            tracker.close()
         if own:
             eng.close()
         # Temporaries of killed workers (their lock died with them).

@@ -109,7 +109,7 @@ def test_mapping_gives_the_original_tensors(many):
             assert list(x.shape) == shape and not x.flags.writeable
             info = ckpt.info(name)
             assert (info["key"], info["name"], info["file"], info["dtype"]) == (name, name, "model.safetensors", dtype)
-            assert info["shape"] == shape and info["bytes"] == len(raw)
+            assert info["shape"] == shape and info["original_bytes"] == len(raw)
             assert len(info["programs"]) == (1 if raw else 0)  # an empty tensor has no chunk
         assert ckpt["typed.F32"].dtype == np.float32 and ckpt["typed.I16"].dtype == np.int16
         assert ckpt["blocks.0.weight"].dtype == np.float16 and ckpt["typed.F64"].dtype == np.float64
@@ -126,7 +126,7 @@ def test_mapping_gives_the_original_tensors(many):
         files = ckpt.files()
         assert [f["path"] for f in files] == ["config.json", "model.safetensors"]
         assert files[0]["tensors"] == [] and len(files[1]["tensors"]) == len(original)
-        assert files[1]["size"] == source.stat().st_size
+        assert files[1]["original_bytes"] == source.stat().st_size
     with pytest.raises(InvalidArgument, match="closed"):
         ckpt["scalar"]
     assert "scalar" in ckpt  # the index stays readable
@@ -153,11 +153,11 @@ def test_ml_dtypes_required(many, monkeypatch):
 def test_names_across_files(two_files):
     with brevis.open(two_files) as ckpt:
         keys = list(ckpt)
-        assert keys[0] == "a/model.safetensors::layer.weight"
-        assert "b/extra.safetensors::only.here" in keys and len(keys) == 9
+        assert keys[0] == "a/model.safetensors::layer.weight"  # a name two files share is qualified
+        assert "only.here" in keys and len(keys) == 9  # a unique one stays plain (issue 15, item 8)
         assert ckpt["only.here"].tobytes() == ckpt["b/extra.safetensors::only.here"].tobytes()
-        assert "only.here" in ckpt and "only.here" not in list(ckpt)
-        assert ckpt.key("only.here") == "b/extra.safetensors::only.here"
+        assert "b/extra.safetensors::only.here" in ckpt and "b/extra.safetensors::only.here" not in keys
+        assert ckpt.key("b/extra.safetensors::only.here") == "only.here"
         with pytest.raises(UnknownTensor, match="b/model.safetensors::layer.bias") as e:
             ckpt["layer.bias"]  # in both files
         assert isinstance(e.value, KeyError) and isinstance(e.value, InvalidArgument)
@@ -173,8 +173,8 @@ def test_same_name_twice_in_one_file():
     seg = lambda name: SegmentEntry(name, DTYPES["U8"], (1,), 1)  # noqa: E731
     index = Index([FileEntry("f.bin", 4, "x", [seg("w"), SegmentEntry("hdr", None, None, 1), seg("w"), seg("v")])])
     entries, aliases, ambiguous = name_tensors(index)
-    assert list(entries) == ["f.bin::w", "f.bin::w#1", "f.bin::v"]
-    assert aliases == {"v": "f.bin::v"} and ambiguous == {"w": ["f.bin::w", "f.bin::w#1"]}
+    assert list(entries) == ["f.bin::w", "f.bin::w#1", "v"]
+    assert aliases == {"f.bin::v": "v"} and ambiguous == {"w": ["f.bin::w", "f.bin::w#1"]}
 
 
 def test_threads_read_the_same(many):
@@ -235,7 +235,7 @@ def test_one_tensor_reads_only_its_streams(many, monkeypatch):
             streams = streams_of(archive, "model.safetensors", name)
             assert read and inside(read, streams), name
             assert sum(n for _, n in read) == sum(n for _, n in streams)
-            assert x.nbytes == ckpt.info(name)["bytes"]
+            assert x.nbytes == ckpt.info(name)["original_bytes"]
             rec.take()
         assert sum(n for _, n in streams_of(archive, "model.safetensors", "blocks.5.weight")) < size / 100
 
@@ -254,7 +254,7 @@ def test_ls_decodes_nothing(many, monkeypatch):
     assert [f["path"] for f in r["files"]] == ["config.json", "model.safetensors"]
     big = next(t for t in r["files"][1]["tensors"] if t["key"] == "big")
     assert big == {"key": "big", "name": "big", "dtype": "F32", "shape": [768, 1024],
-                   "bytes": 768 * 1024 * 4, "stored_bytes": big["stored_bytes"]}
+                   "original_bytes": 768 * 1024 * 4, "stored_bytes": big["stored_bytes"]}
 
 
 # ------------------------------------------------------------ extract
@@ -264,7 +264,7 @@ def test_extract_is_bit_identical_to_safetensors_source(many, tmp_path):
     names = ["typed.BF16", "big", "scalar", "empty", "typed.F8_E5M2", "typed.BOOL", "blocks.3.weight"]
     out = tmp_path / "part.safetensors"
     r = brevis.extract(archive, names, out, threads=2)
-    assert r["tensors"] == names and r["file_bytes"] == out.stat().st_size
+    assert r["tensors"] == names and r["output_bytes"] == out.stat().st_size
     got = read_safetensors(out)
     assert list(got) == names
     for n in names:
@@ -362,7 +362,7 @@ def test_cli_ls_and_extract(many, tmp_path, capsys):
     assert lines[1] == f"model.safetensors  [safetensors]  {source.stat().st_size} bytes  {tensors} tensors"
     assert "  big  F32[768x1024]  3145728" in lines and "  scalar  F32[]  4" in lines
     code, out, _ = run(capsys, "ls", archive, "--json")
-    assert code == 0 and json.loads(out)["tensors"] == tensors
+    assert code == 0 and json.loads(out)["tensor_count"] == tensors
 
     out = tmp_path / "x.safetensors"
     code, stdout, err = run(capsys, "extract", archive, "big", "typed.BF16", "-o", out, "-q")

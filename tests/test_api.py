@@ -40,7 +40,95 @@ def test_one_file_is_stored_by_its_name(tmp_path):
     src = small_checkpoint(tmp_path / "ckpt")
     out = roundtrip([src / "model.safetensors"], tmp_path)
     assert names(tmp_path / "a.brv") == (["model.safetensors"], [])
-    assert os.listdir(out) == ["model.safetensors"]
+    assert os.listdir(out) == ["model.safetensors"]  # a.brv is not named after its file: a folder
+
+
+def test_an_archive_named_after_its_one_file_gives_the_file_back(tmp_path):
+    """zstd-like (issue 15, item 2): X.brv holding only X decompresses to the file X."""
+    src = small_checkpoint(tmp_path / "ckpt") / "model.safetensors"
+    data = src.read_bytes()
+    s = brevis.compress(str(src))  # a str, not its characters; the archive by default: X.brv beside X
+    assert s["archive"] == str(src) + ".brv" and s["file_count"] == 1
+    src.unlink()
+    d = brevis.decompress(str(src) + ".brv")
+    assert d["output"] == str(src) and src.read_bytes() == data
+    with pytest.raises(OutputExists) as e:
+        brevis.decompress(str(src) + ".brv")
+    assert "--force" not in str(e.value) and e.value.option == "force"  # CLI words only in the CLI
+    brevis.decompress(str(src) + ".brv", force=True)
+    brevis.decompress(str(src) + ".brv", tmp_path / "other.bin")  # output names the file
+    assert (tmp_path / "other.bin").read_bytes() == data
+    (tmp_path / "into").mkdir()
+    brevis.decompress(str(src) + ".brv", tmp_path / "into")  # an existing folder: the file goes inside
+    assert (tmp_path / "into" / "model.safetensors").read_bytes() == data
+    # A folder holding one file stays a folder.
+    brevis.compress(tmp_path / "ckpt", tmp_path / "folder.brv", default_excludes=True)
+    brevis.decompress(tmp_path / "folder.brv")
+    assert (tmp_path / "folder").is_dir()
+
+
+def test_paths_and_lists_are_both_accepted(tmp_path):
+    src = small_checkpoint(tmp_path / "ckpt")
+    s = brevis.compress(str(src) + "/")  # one path, not a list of characters; ckpt/ -> ckpt.brv
+    assert s["archive"] == str(tmp_path / "ckpt.brv")
+    assert brevis.verify(tmp_path / "ckpt.brv", sources=str(src))["source_compared"] is True
+    assert brevis.verify(tmp_path / "ckpt.brv")["source_compared"] is False
+    brevis.learn_prior(str(src), effort=1)  # was "c: no such file or folder"
+    with pytest.raises(InvalidArgument, match="2 sources"):
+        brevis.compress([src / "config.json", src / "model.safetensors"])
+
+
+def test_exclude_and_default_excludes(tmp_path):
+    src = small_checkpoint(tmp_path / "ckpt")
+    (src / ".git" / "objects").mkdir(parents=True)
+    (src / ".git" / "objects" / "big").write_bytes(b"x" * 1000)
+    (src / ".DS_Store").write_bytes(b"finder")
+    (src / "logs").mkdir()
+    (src / "logs" / "a.log").write_text("log")
+    (src / "optimizer.bin").write_bytes(b"o" * 10)
+    s = brevis.compress(src, tmp_path / "a.brv", exclude=["*.bin", "logs/"])
+    assert names(tmp_path / "a.brv")[0] == ["config.json", "model.safetensors"]
+    assert sorted((k["kind"], os.path.basename(k["path"])) for k in s["skipped"]) == [
+        ("default", ".DS_Store"), ("default", ".git"), ("excluded", "logs"), ("excluded", "optimizer.bin")]
+    assert all(k["reason"] for k in s["skipped"])
+    s = brevis.compress(src, tmp_path / "b.brv", default_excludes=False, force=True)
+    assert ".git/objects/big" in names(tmp_path / "b.brv")[0] and ".DS_Store" in names(tmp_path / "b.brv")[0]
+    assert s["skipped"] == []
+    # A pattern with '/' matches the whole archived name; a source named explicitly is never excluded.
+    s = brevis.compress(src, tmp_path / "c.brv", exclude=["logs/*.log"])
+    assert "logs/a.log" not in names(tmp_path / "c.brv")[0] and "optimizer.bin" in names(tmp_path / "c.brv")[0]
+    brevis.compress(src / "optimizer.bin", tmp_path / "d.brv", exclude=["*.bin"])
+    assert names(tmp_path / "d.brv")[0] == ["optimizer.bin"]
+
+
+def test_public_names_have_docstrings():
+    """dir(brevis) shows the API (issue 15, item 10); every public function says what it does."""
+    public = [n for n in brevis.__all__ if n != "__version__"]
+    assert set(public) <= set(dir(brevis)) and "open" in dir(brevis)
+    for n in public:
+        doc = getattr(brevis, n).__doc__ or ""
+        assert len(doc.strip()) > 30 and "see api" not in doc, n
+    for n in ("compress", "decompress", "extract", "cat"):
+        assert "The summary:" in getattr(brevis, n).__doc__, n  # what the returned dict holds
+
+
+def test_python_errors_speak_no_cli(tmp_path):
+    """Exceptions raised to Python callers name no command-line option; the CLI adds its own words."""
+    src = small_checkpoint(tmp_path / "ckpt")
+    brevis.compress(src, tmp_path / "a.brv")
+    for call in (lambda: brevis.compress(src, tmp_path / "a.brv"),
+                 lambda: brevis.decompress(tmp_path / "a.brv", src),
+                 lambda: brevis.extract(tmp_path / "a.brv", ["layer.weight"], src / "config.json")):
+        with pytest.raises(OutputExists) as e:
+            call()
+        assert "--" not in str(e.value) and e.value.option == "force"
+    base = tmp_path / "ckpt"
+    brevis.compress(src, tmp_path / "ft.brv", base=base)
+    from brevis.errors import BaseRequired
+    if brevis.inspect(tmp_path / "ft.brv")["base_required"]:
+        with pytest.raises(BaseRequired) as e:
+            brevis.verify(tmp_path / "ft.brv")
+        assert "--base" not in str(e.value) and e.value.option == "base"
 
 
 def test_several_sources_keep_their_names(tmp_path):
@@ -172,13 +260,17 @@ def test_links_to_files_are_followed(tmp_path):
     assert names(archive)[0] == ["config.json"]
 
 
-def test_links_to_folders_and_broken_links_are_refused(tmp_path):
+def test_links_to_folders_outside_are_skipped_and_broken_links_refused(tmp_path):
     real = small_checkpoint(tmp_path / "real")
     src = tmp_path / "src"
     src.mkdir()
+    (src / "w.bin").write_bytes(b"w")
     os.symlink(real, src / "linked")
-    with pytest.raises(InvalidArgument, match="folder"):
-        brevis.compress([src], tmp_path / "a.brv")
+    # One link to a folder outside the tree does not abort the run (issue 15, item 9): skipped, reported.
+    s = brevis.compress(src, tmp_path / "a.brv")
+    assert [(k["path"], k["kind"]) for k in s["skipped"]] == [(str(src / "linked"), "link")]
+    assert names(tmp_path / "a.brv")[0] == ["w.bin"]
+    (tmp_path / "a.brv").unlink()
     os.unlink(src / "linked")
     os.symlink(tmp_path / "missing", src / "broken")
     with pytest.raises(InvalidArgument):
@@ -234,7 +326,7 @@ def test_decompress_and_verify_with_threads(bigger, tmp_path):
 def test_summary_and_inspect(bigger, tmp_path):
     archive = tmp_path / "a.brv"
     s = brevis.compress([bigger], archive, threads=1)
-    assert s["files"] == 4
+    assert s["file_count"] == 4
     assert s["archive_bytes"] == archive.stat().st_size
     assert s["original_bytes"] == sum(p.stat().st_size for p in bigger.rglob("*") if p.is_file())
     info = brevis.inspect(archive)

@@ -15,5 +15,5 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_demo_script():
     r = subprocess.run([str(ROOT / "scripts" / "demo")], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "OK, 3 files match and the source" in r.stdout
+    assert "OK, 3 files match the source" in r.stdout
     assert "decompressed files are identical to examples/taesd" in r.stdout

@@ -19,19 +19,65 @@ from ..errors import FormatError, TruncatedError, UnsupportedVersion
 
 MAGIC = b"\x89BRV\r\n\x1a\n"
 END_MAGIC = b"BRVINDEX"
-VERSION = 1
+VERSION = 2  # the newest version this Brevis reads and writes
+# Version 2 is version 1 with symbolic links in the index (`links`): written
+# only for an archive that holds links, so that a reader that knows version
+# 1 alone refuses it ("upgrade Brevis") rather than dropping its links.
+# Every other archive is written as version 1, as before.
+LINKS_VERSION = 2
 HEADER = struct.Struct("<8sHHI")
 FOOTER = struct.Struct("<QQQ16s8s")
 HEADER_SIZE = HEADER.size
 FOOTER_SIZE = FOOTER.size
 
 # Limits a reader enforces before allocating anything an archive declares.
+# The writer checks every one of them first (formats.layout stores a file
+# whose tensors break them as bytes; ArchiveWriter.finish reads its own
+# index back through the reader's checks before publishing).
 MAX_INDEX_BYTES = 1 << 30
 MAX_CHUNK_BYTES = 64 << 20
+MAX_DIMS = 64  # dimensions of a tensor (numpy's limit)
+# Entries (files, folders, segments, chunks) an index may list: this many,
+# plus one per ENTRY_BYTES bytes of the archive. A legitimate entry costs
+# 16 bytes of incompressible digest or more, unless it repeats an earlier
+# chunk; so 5 million constant chunks cannot hide in an 18 KB archive.
+FREE_ENTRIES = 1 << 18
+ENTRY_BYTES = 8
+# The same for the index's JSON, checked from the footer before it is
+# decompressed: FREE_INDEX_BYTES, plus INDEX_RATIO per byte of the archive
+# (an index of distinct chunks compresses about 4:1 at best, its digests
+# being random; repeated chunks much better, hence the allowance, which
+# holds 180,000 chunk entries), and never over MAX_INDEX_BYTES.
+FREE_INDEX_BYTES = 16 << 20
+INDEX_RATIO = 8
 
 
-def pack_header() -> bytes:
-    return HEADER.pack(MAGIC, VERSION, 0, 0)
+def max_entries(archive_bytes: int) -> int:
+    """How many index entries an archive of this size may list."""
+    return FREE_ENTRIES + archive_bytes // ENTRY_BYTES
+
+
+def max_index_bytes(archive_bytes: int) -> int:
+    """How many bytes of index JSON an archive of this size may declare."""
+    return min(MAX_INDEX_BYTES, FREE_INDEX_BYTES + INDEX_RATIO * archive_bytes)
+
+
+def shape_fits(shape, itemsize: int) -> bool:
+    """Whether numpy can make an array of this shape (at most MAX_DIMS
+    dimensions, and the product of the non-zero ones times the element size
+    below 2^63, even when another dimension is 0)."""
+    if len(shape) > MAX_DIMS:
+        return False
+    total = itemsize
+    for d in shape:
+        total *= max(d, 1)
+        if total >= 1 << 63:
+            return False
+    return True
+
+
+def pack_header(version: int = 1) -> bytes:
+    return HEADER.pack(MAGIC, version, 0, 0)
 
 
 def check_header(data: bytes) -> None:
@@ -45,7 +91,7 @@ def check_header(data: bytes) -> None:
     if version > VERSION:
         raise UnsupportedVersion(
             f"archive format version {version} is newer than this Brevis reads ({VERSION}); upgrade Brevis")
-    if version != VERSION:
+    if version < 1:
         raise FormatError(f"unknown archive format version {version}")
     if flags:
         raise FormatError(f"unknown header flags {flags:#x}")
@@ -77,4 +123,7 @@ class Footer:
             raise FormatError("footer does not locate the index inside the archive")
         if not 0 < raw <= MAX_INDEX_BYTES:
             raise FormatError(f"index declares {raw} bytes, over the {MAX_INDEX_BYTES} limit")
+        if raw > max_index_bytes(file_size):
+            raise FormatError(f"index declares {raw} bytes, more than an archive of {file_size} bytes "
+                              f"may hold ({max_index_bytes(file_size)})")
         return Footer(offset, length, raw, digest)

@@ -24,7 +24,7 @@ from .format import MAX_CHUNK_BYTES
 from .schema import (DIGEST_BYTES, Check, DTypeName, Field, Hex, Int, Let, List, Obj, Path, Programs, Record, Run,
                      SearchKind, Shape, Str, check_path, dumper, is_hex, is_int, parser, paused_gc)
 
-__all__ = ["DIGEST_BYTES", "Chunk", "SegmentEntry", "FileEntry", "Index", "SearchKind", "check_path", "is_int",
+__all__ = ["DIGEST_BYTES", "Chunk", "SegmentEntry", "FileEntry", "LinkEntry", "Index", "SearchKind", "check_path", "is_int",
            "is_hex", "INDEX"]
 
 
@@ -70,10 +70,21 @@ class FileEntry:
     size: int
     format: str
     segments: list[SegmentEntry] = dataclasses.field(default_factory=list)
+    mode: int | None = None  # permission bits (st_mode & 0o7777); None: not recorded (older archives)
+    mtime: int | None = None  # modification time, nanoseconds since 1970; None: not recorded
 
     @property
     def stored(self) -> int:
         return sum(s.stored for s in self.segments)
+
+
+@dataclass
+class LinkEntry:
+    """A symbolic link of the archived tree to a file or folder of the same tree."""
+
+    path: str
+    target: str  # relative to the link's folder: some "..", then names (schema.link_target)
+    mtime: int | None = None  # of the link itself, nanoseconds since 1970
 
 
 @dataclass
@@ -83,6 +94,7 @@ class Index:
     created_by: str = ""
     prior: dict | None = None  # the production prior the programs were found with
     base: dict | None = None  # {"sha256", "tensors"}: identity of the base model used, if any
+    links: list[LinkEntry] = dataclasses.field(default_factory=list)  # symbolic links inside the tree
 
     @property
     def original_bytes(self) -> int:
@@ -128,6 +140,8 @@ CHUNK = Record("chunk", Chunk, array=True, malformed="malformed chunk", doc=(
           doc="one per leaf of the program, in order"),
     Field(3, "digest", Hex(DIGEST_BYTES, raw=True, message="malformed checksum"),
           doc="first 16 bytes of the SHA-256 of the chunk's original bytes"),
+    Check("segment_peaks[chunk_program] * chunk_n <= MAX_DECODE_BYTES",
+          "chunk of {chunk_n!r} elements would take more than MAX_DECODE_BYTES to decode with its program"),
 ])
 
 BASE_REF = Record("base_ref", dict, malformed="malformed base reference", doc=(
@@ -147,6 +161,8 @@ SEGMENT = Record("segment", SegmentEntry, where='f"{file_path}: segment {segment
     Check("segment_length >= 0", "negative length"),
     Check("segment_dtype is not None or segment_shape is None", "bytes have no shape"),
     Check("segment_dtype is None or segment_shape is not None", "malformed shape"),
+    Check("segment_dtype is None or shape_fits(segment_shape, segment_dtype.itemsize)",
+          "shape too large for an array"),
     Check("segment_dtype is None or prod(segment_shape) * segment_dtype.itemsize == segment_length",
           "shape and length disagree"),
     Let("segment_itemsize", "segment_dtype.itemsize if segment_dtype else 1"),
@@ -154,6 +170,7 @@ SEGMENT = Record("segment", SegmentEntry, where='f"{file_path}: segment {segment
     Field("programs", "programs", Programs("tensor(segment_dtype) if segment_dtype else BYTES"),
           doc="each must type-check against the segment's value"),
     Let("segment_count", "len(segment_programs)"),
+    Let("segment_peaks", "[peak_bytes(p, tensor(segment_dtype) if segment_dtype else BYTES) for p in segment_programs]"),
     Field("chunks", "chunks", List(CHUNK), doc="in order"),
     Check("sum(c.n for c in segment_chunks) * segment_itemsize == segment_length",
           "chunks do not add up to its length"),
@@ -165,6 +182,11 @@ SEGMENT = Record("segment", SegmentEntry, where='f"{file_path}: segment {segment
           "coded against a base tensor it does not name"),
 ])
 
+# What a file system's timestamp can hold (a 64-bit count of nanoseconds,
+# years 1678 to 2262): os.utime refuses more, after the files are written.
+MTIME_RANGE = "-(1 << 63) <= {v} < (1 << 63)"
+MTIME_DOC = "integer, -2^63 to 2^63 - 1"
+
 FILE = Record("file", FileEntry, where="file_path", where0='"file"', ident="path", about="file_path",
               doc="a file of the checkpoint.", items=[
     Field("path", "path", Path(), doc="where it goes in the output folder"),
@@ -173,6 +195,18 @@ FILE = Record("file", FileEntry, where="file_path", where0='"file"', ident="path
     Field("segments", "segments", List(SEGMENT), doc="tiling the file, in order"),
     Check("file_size >= 0 and sum(s.length for s in file_segments) == file_size",
           "segments do not add up to the file size"),
+    Field("mode", "mode", Int("0 <= {v} <= 0o7777", "malformed mode", doc="integer, 0 to 0o7777"),
+          default="None", null=True, omit=True, doc="permission bits (absent: not recorded)"),
+    Field("mtime", "mtime", Int(MTIME_RANGE, "malformed mtime", doc=MTIME_DOC), default="None", null=True,
+          omit=True, doc="modification time, nanoseconds since 1970 (absent: not recorded)"),
+])
+
+LINK = Record("link", LinkEntry, where="link_path", where0='"link"', ident="path", about="link_path",
+              doc="a symbolic link to a file or folder of the archive (see Links).", items=[
+    Field("path", "path", Path(), doc="where it goes in the output folder"),
+    Field("target", "target", Str(), doc="what it points at, relative to its folder: `..`s, then names"),
+    Field("mtime", "mtime", Int(MTIME_RANGE, "malformed mtime", doc=MTIME_DOC), default="None", null=True,
+          omit=True, doc="the link's own modification time, nanoseconds since 1970"),
 ])
 
 BASE_IDENTITY = Record("base_identity", dict, malformed="base must be an object with sha256 and tensors",
@@ -188,7 +222,9 @@ INDEX = Record("index", Index, where='"index"', about="", doc="the index, at the
     Field("base", "base", BASE_IDENTITY, default="None", null=True, doc="the base model, if any"),
     Field("dirs", "dirs", List(Path()), doc="folders to create (empty ones)"),
     Field("files", "files", List(FILE), doc="the files"),
-    Run("check_tree(index_files, index_dirs)", "no path appears twice or lies under a file"),
+    Field("links", "links", List(LINK), default="[]", omit=True, doc="symbolic links (absent: none)"),
+    Run("check_tree(index_files, index_dirs, index_links)",
+        "no path appears twice or lies under a file or a link; every link points at a file or folder of the archive"),
     Check("index_base is not None or not any(s.base for f in index_files for s in f.segments)",
           "segments are coded against a base the index does not describe"),
 ])

@@ -16,7 +16,7 @@ import zstandard
 
 from ..dsl.interpreter import decode
 from ..errors import BrevisError, ChecksumError, FormatError, InvalidArgument, IOFailure, TruncatedError
-from .format import FOOTER_SIZE, HEADER_SIZE, Footer, check_header, index_digest
+from .format import FOOTER_SIZE, HEADER_SIZE, Footer, check_header, index_digest, max_entries
 from .index import DIGEST_BYTES, Chunk, Index, SegmentEntry
 from .schema import paused_gc
 
@@ -28,6 +28,12 @@ from .schema import paused_gc
 # for indexes up to CACHED_INDEX_BYTES of JSON, so little is kept alive.
 CACHED_INDEX_BYTES = 16 << 20
 _last_index: tuple[Footer, Index] | None = None
+
+
+def count_entries(index: Index) -> int:
+    """Files, folders, segments and chunks: what format.max_entries bounds."""
+    return len(index.files) + len(index.dirs) + len(getattr(index, "links", ())) + sum(
+        len(f.segments) + sum(len(s.chunks) for s in f.segments) for f in index.files)
 
 
 def chunk_digest(data) -> bytes:
@@ -77,6 +83,10 @@ class ArchiveReader:
             except (UnicodeDecodeError, ValueError, RecursionError):
                 raise FormatError("index is not valid JSON") from None
             index = Index.from_json(obj, HEADER_SIZE, self.footer.index_offset)
+            entries = count_entries(index)
+            if entries > max_entries(self.size):
+                raise FormatError(f"index lists {entries} entries, more than an archive of {self.size} bytes "
+                                  f"may hold ({max_entries(self.size)})")
         if self.footer.index_raw_length <= CACHED_INDEX_BYTES:
             _last_index = (self.footer, index)
         return index

@@ -41,13 +41,13 @@ from enum import StrEnum
 from typing import Any
 
 from .. import dtypes
+from ..dsl.memory import MAX_DECODE_BYTES, cached_peak
 from ..dsl.program import Program
 from ..dsl.types import BYTES, tensor
 from ..errors import FormatError, ProgramError
-from .format import MAX_CHUNK_BYTES
+from .format import MAX_CHUNK_BYTES, MAX_DIMS, shape_fits
 
 DIGEST_BYTES = 16
-MAX_DIMS = 64
 
 REQUIRED = object()  # a Field's default: the key must be there
 _MISSING = object()
@@ -70,12 +70,24 @@ def is_hex(x, length: int) -> bool:
 
 
 def check_path(path: Any) -> str:
-    """A relative POSIX path that stays inside the folder it is joined to."""
+    """A relative POSIX path that stays inside the folder it is joined to,
+    written as the file system names it: names that are not UTF-8 are
+    surrogate escapes of their bytes (os.fsdecode), so a lone surrogate, or
+    an escape of bytes that are valid UTF-8 (another spelling of a name
+    that is), is refused: two names can never be one file on disk."""
     if not isinstance(path, str) or not path:
         raise FormatError("index: a path is empty or not a string")
     parts = path.split("/")
     if path.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\x00" in path:
         raise FormatError(f"index: unsafe path {path!r}")
+    if not path.isascii():
+        try:
+            canonical = path.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape") == path
+        except UnicodeError:
+            canonical = False
+        if not canonical:
+            raise FormatError(f"index: path {path!r} is not a file name (a lone surrogate, or another spelling "
+                              "of a UTF-8 name)")
     return path
 
 
@@ -249,6 +261,9 @@ class Field:
     default: Any = REQUIRED  # source expression of the value a missing key reads as
     null: bool = False  # JSON null reads as None (not checked by kind)
     doc: str = ""
+    # Written only when set (not None; for a list, not empty): a field added
+    # after archives without it were written, so those stay byte-identical.
+    omit: bool = False
 
 
 @dataclass(frozen=True)
@@ -378,6 +393,10 @@ class Record(Kind):
             value = f.kind.dump(f"{x}.{f.attr}")
             if f.null and value != f"{x}.{f.attr}":
                 value = f"({value} if {x}.{f.attr} is not None else None)"
+            if f.omit and not self.array:
+                given = f"{x}.{f.attr} is not None" if f.null else f"{x}.{f.attr}"
+                parts.append(f"**({{{f.key!r}: {value}}} if {given} else {{}})")
+                continue
             parts.append(value if self.array else f"{f.key!r}: {value}")
         return ("[" + ", ".join(parts) + "]") if self.array else ("{" + ", ".join(parts) + "}")
 
@@ -467,22 +486,63 @@ def programs(values: list, t, cache: dict, where: str) -> tuple[list[Program], l
     return out, counts
 
 
-def check_tree(files: list, dirs: list[str]) -> None:
-    """No path twice, none under a file."""
-    paths = [f.path for f in files] + dirs
+def check_tree(files: list, dirs: list[str], links: list = ()) -> None:
+    """No path twice, none under a file or a link; every link names a file
+    or folder of the archive (check_links)."""
+    paths = [f.path for f in files] + dirs + [k.path for k in links]
     if len(set(paths)) != len(paths):
         fail("a path appears twice")
     file_paths = {f.path for f in files}
+    link_paths = {k.path for k in links}
     for p in paths:
         parts = p.split("/")
         for i in range(1, len(parts)):
             if "/".join(parts[:i]) in file_paths:
                 fail(f"{p!r} lies under a file")
+            if link_paths and "/".join(parts[:i]) in link_paths:
+                fail(f"{p!r} lies under the link {'/'.join(parts[:i])!r}")
+    if links:
+        check_links(links, file_paths, paths)
+
+
+def link_target(path: str, target: Any) -> str | None:
+    """The archive path a link at `path` points at: `target` is relative to
+    the link's folder, some `..` first, then names (no empty, `.` or `..`
+    component, no NUL); None where it leaves the archive's tree or names
+    its root."""
+    if not isinstance(target, str) or not target or target.startswith("/") or "\x00" in target:
+        return None
+    parts = target.split("/")
+    up = 0
+    while up < len(parts) and parts[up] == "..":
+        up += 1
+    rest = parts[up:]
+    folder = path.split("/")[:-1]
+    if not rest or up > len(folder) or any(p in ("", ".", "..") for p in rest):
+        return None
+    return "/".join(folder[:len(folder) - up] + rest)
+
+
+def check_links(links: list, file_paths: set[str], paths: list[str]) -> None:
+    """Every link points at a file or a folder of the archive (never at a
+    link, nor outside the tree). With nothing under a file or a link, each
+    folder on the way is one decompress creates itself, so the target
+    resolves on disk exactly as it does here: inside the output folder."""
+    folders = {d for d in paths if d not in file_paths}  # the empty folders, and prefixes below
+    for p in paths:
+        parts = p.split("/")
+        folders.update("/".join(parts[:i]) for i in range(1, len(parts)))
+    folders -= {k.path for k in links}
+    for k in links:
+        resolved = link_target(k.path, k.target)
+        if resolved is None or (resolved not in file_paths and resolved not in folders):
+            fail(f"link {k.path!r} points at {k.target!r}: not a file or folder of the archive")
 
 
 _NAMESPACE = {"fail": fail, "programs": programs, "check_tree": check_tree, "check_path": check_path,
               "is_hex": is_hex, "dtypes": dtypes, "tensor": tensor, "BYTES": BYTES, "prod": math.prod,
-              "MAX_CHUNK_BYTES": MAX_CHUNK_BYTES, "_MISSING": _MISSING}
+              "MAX_CHUNK_BYTES": MAX_CHUNK_BYTES, "shape_fits": shape_fits, "peak_bytes": cached_peak,
+              "MAX_DECODE_BYTES": MAX_DECODE_BYTES, "_MISSING": _MISSING}
 
 
 def parser(record: Record, args: str = "start, end"):
@@ -525,7 +585,7 @@ def _kind_doc(kind: Kind) -> str:
     return kind.doc
 
 
-_JSON_DEFAULTS = {"None": "null", "{}": "{}"}
+_JSON_DEFAULTS = {"None": "null", "{}": "{}", "[]": "[]"}
 
 
 def markdown(record: Record) -> str:

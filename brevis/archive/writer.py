@@ -15,10 +15,11 @@ from pathlib import Path
 
 import zstandard
 
-from ..errors import IOFailure, OutputExists
+from ..errors import BrevisError, FormatError, InvalidArgument, OutputExists
 from ..fs.atomic import io_failure, make_temp, publish, remove_stale
-from .format import HEADER_SIZE, Footer, index_digest, pack_header
+from .format import LINKS_VERSION, FOOTER_SIZE, HEADER_SIZE, Footer, index_digest, max_entries, pack_header
 from .index import Index
+from .schema import paused_gc
 
 
 # Written bytes between flushes to disk in the background while encoding
@@ -30,13 +31,14 @@ _datasync = getattr(os, "fdatasync", os.fsync)
 class ArchiveWriter:
     def __init__(self, path: Path, force: bool = False):
         self.path = Path(path)
+        self.force = force
         if self.path.is_dir():
             raise OutputExists(f"{self.path} is a folder")
         if self.path.exists() and not force:
-            raise OutputExists(f"{self.path} exists (use --force to overwrite)")
+            raise OutputExists(f"{self.path} exists", option="force")
         parent = self.path.parent if str(self.path.parent) else Path(".")
         if not parent.is_dir():
-            raise IOFailure(f"cannot write {self.path}: folder {parent} does not exist")
+            raise InvalidArgument(f"cannot write {self.path}: folder {parent} does not exist")
         started = time.time_ns()
         try:
             self.tmp, fd = make_temp(parent, self.path.name)
@@ -91,9 +93,13 @@ class ArchiveWriter:
 
     def finish(self, index: Index) -> int:
         """Write index and footer, then move the archive into place; its size."""
-        raw = json.dumps(index.to_json(), separators=(",", ":")).encode("ascii")
-        stored = zstandard.ZstdCompressor(level=9).compress(raw)
+        obj = index.to_json()
+        raw = json.dumps(obj, separators=(",", ":")).encode("ascii")
+        # Level 15: on a checkpoint of many small tensors (taesd, 456 chunks)
+        # the index is 11 % smaller than at level 9, for 40 ms.
+        stored = zstandard.ZstdCompressor(level=15).compress(raw)
         footer = Footer(self.offset, len(stored), len(raw), index_digest(stored))
+        self._check_readable(obj, footer)
         self._write(stored)
         self._write(footer.pack())
         self._wait_for_sync()
@@ -101,12 +107,30 @@ class ArchiveWriter:
             if self.sync_error is not None:
                 raise self.sync_error
             self.file.flush()
+            if index.links:  # readers of version 1 alone would drop the links: they must refuse it
+                os.pwrite(self.file.fileno(), pack_header(LINKS_VERSION), 0)
             os.fsync(self.file.fileno())
-            publish(self.file.fileno(), self.tmp, self.path)
+            publish(self.file.fileno(), self.tmp, self.path, replace=self.force)
             self.file.close()
         except OSError as e:
             raise io_failure(e, f"cannot write {self.path}") from None
         return self.offset
+
+    def _check_readable(self, obj: dict, footer: Footer) -> None:
+        """Every check a reader makes of the footer and the index, made here
+        first: an archive that readers would refuse is never published."""
+        from .reader import count_entries
+
+        size = footer.index_offset + footer.index_length + FOOTER_SIZE
+        try:
+            Footer.unpack(footer.pack(), size)
+            with paused_gc():
+                parsed = Index.from_json(obj, HEADER_SIZE, footer.index_offset)
+            if count_entries(parsed) > max_entries(size):
+                raise FormatError(f"index lists {count_entries(parsed)} entries, more than an archive of "
+                                  f"{size} bytes may hold ({max_entries(size)})")
+        except FormatError as e:
+            raise BrevisError(f"cannot write {self.path}: readers would refuse it ({e})") from None
 
     def abort(self) -> None:
         self._wait_for_sync()

@@ -20,10 +20,12 @@ index once it is planned and the segments before it are complete.
 from __future__ import annotations
 
 import hashlib
+import os
+import posixpath
 from collections.abc import Sequence
 
 from .. import __version__
-from ..archive.index import DIGEST_BYTES, Chunk, FileEntry, Index, SegmentEntry
+from ..archive.index import DIGEST_BYTES, Chunk, FileEntry, Index, LinkEntry, SegmentEntry
 from ..archive.writer import ArchiveWriter
 from ..dsl.program import Program
 from ..workers.tasks import ChunkOutput, parse_program
@@ -59,10 +61,10 @@ class Assembler:
     `chunks[:_next_chunk]`.
     """
 
-    def __init__(self, files: Sequence[PlannedFile], dirs: list[str], writer: ArchiveWriter):
+    def __init__(self, files: Sequence[PlannedFile], dirs: list[str], writer: ArchiveWriter, links=()):
         self.files = files
         self.writer = writer
-        self.index = Index([], dirs, f"brevis {__version__}")
+        self.index = Index([], dirs, f"brevis {__version__}", links=[link_entry(s) for s in links])
         self.dedup = Deduplicator()
         self._next_file = 0
         self._file: PlannedFile | None = None  # entered, not yet released
@@ -141,7 +143,7 @@ class Assembler:
 
     def _enter_file(self, f: PlannedFile) -> None:
         s = f.scanned
-        self._file_entry = FileEntry(s.source.name, s.size, s.format)
+        self._file_entry = FileEntry(s.source.name, s.size, s.format, mode=s.mode, mtime=s.mtime_ns)
         self.index.files.append(self._file_entry)
         self._file, self._next_segment = f, 0
         self._next_file += 1
@@ -160,6 +162,17 @@ class Assembler:
         self._segment, self._entry = None, None
         f.scanned.check_unchanged()
         f.scanned.close()
+
+
+def link_entry(source) -> LinkEntry:
+    """The index entry of a link kept as a link (fs.sources.Source with
+    `link`): its target relative to its folder, its own mtime."""
+    folder = posixpath.dirname(source.name)
+    try:
+        mtime = os.lstat(source.path).st_mtime_ns
+    except OSError:
+        mtime = None
+    return LinkEntry(source.name, posixpath.relpath(source.link, folder or "."), mtime)
 
 
 def _base_identity(index: Index) -> dict | None:

@@ -31,7 +31,7 @@ import numpy as np
 from ..archive.index import DIGEST_BYTES
 from ..archive.reader import ArchiveReader
 from ..fs.atomic import io_failure
-from ..errors import BrevisError, ChecksumError, FormatError, InvalidArgument
+from ..errors import BaseRequired, BrevisError, ChecksumError, FormatError, InvalidArgument
 from ..fs.sources import read_up_to
 from ..workers import Workers, open_workers
 from ..workers.heap import keep_freed_memory
@@ -51,12 +51,19 @@ class ChunkDecoder:
     def __init__(self, reader: ArchiveReader, base=None):
         self.reader = reader
         self.base = None
+        # Chunks checked already (verify without a source), and what was found:
+        # a chunk naming the same program, length, streams and digest as one of
+        # them decodes to the same bytes, so it is not decoded again (repeated
+        # chunks: zeros, tied weights; and a small archive declaring many of
+        # them, damaged or not). Failures are kept per segment name, which
+        # their messages carry.
+        self.checked: dict[tuple, str | None] = {}
         self.tensors: dict[int, object] = {}
         index = reader.index
         if index.base is None:
             return
         if base is None:
-            raise InvalidArgument(f"{reader.path} was made against a base model: pass it with --base")
+            raise BaseRequired(f"{reader.path} was made against a base model: it is needed to decode it")
         from .base_model import Base
 
         self.base = Base.open(base)
@@ -193,8 +200,9 @@ class Unreadable(Exception):
 @dataclass(frozen=True)
 class WriteInPlace:
     """Decompress: the decoded bytes go into the staged file `path` (created
-    at its full size) at their offset; damage raises. `shown`: the output
-    path, for messages."""
+    at its full size, so reading zeros) at their offset, chunks of zeros
+    not at all (holes); damage raises. `shown`: the output path, for
+    messages."""
     path: str
     shown: str
     keeps_going = False
@@ -207,6 +215,10 @@ class WriteInPlace:
 
     def put(self, fd: int, data, offset: int) -> str | None:
         view = memoryview(data)
+        if not np.frombuffer(view, np.uint8).any():
+            # The staged file was created at its full size, all zeros: a chunk of
+            # zeros is left as a hole, so a sparse input comes back sparse.
+            return None
         while view:
             try:
                 written = os.pwrite(fd, view, offset)
@@ -269,10 +281,13 @@ class DecodeJob:
     sink: Sink
 
 
-def decode_jobs(index, sink_of: Callable[[int], Sink], job_bytes: int) -> Iterator[DecodeJob]:
+def decode_jobs(index, sink_of: Callable[[int], Sink], job_bytes: int, files=None) -> Iterator[DecodeJob]:
     """Jobs of whole chunks of about job_bytes (at least one chunk) covering
-    every chunk of every file, in order; file i's bytes go to sink_of(i)."""
+    every chunk of every file (of those whose positions are in `files`,
+    where given), in order; file i's bytes go to sink_of(i)."""
     for i, entry in enumerate(index.files):
+        if files is not None and i not in files:
+            continue
         sink = None
         run: list[tuple[int, int]] = []
         offset = first = first_start = 0
@@ -311,16 +326,31 @@ def run_job(decoder: ChunkDecoder, job: DecodeJob) -> tuple[int, list[tuple[str 
                 start, here = 0, s
             seg = segments[s]
             chunk = seg.chunks[c]
+            key = None
+            if isinstance(sink, CheckOnly) and not seg.programs[chunk.program].uses_reference:
+                key = (seg.programs[chunk.program], seg.value_type, chunk.n, tuple(chunk.streams), chunk.digest)
+                found = decoder.checked.get(key, decoder.checked.get((key, seg.name), _UNSEEN))
+                if found is not _UNSEEN:
+                    if found is not None:
+                        problems.append((seg.name, found))
+                    length = chunk.n * seg.itemsize
+                    offset += length
+                    start += length
+                    continue
             try:
                 data = decoder.decode(seg, chunk, start)
             except BrevisError as e:
                 if not sink.keeps_going:
                     raise
                 problems.append((seg.name, str(e)))
+                if key is not None:
+                    decoder.checked[(key, seg.name)] = str(e)
             else:
                 problem = sink.put(handle, data, offset)
                 if problem is not None:
                     problems.append((seg.name, problem))
+                elif key is not None:
+                    decoder.checked[key] = None
             length = chunk.n * seg.itemsize
             offset += length
             start += length
@@ -329,6 +359,7 @@ def run_job(decoder: ChunkDecoder, job: DecodeJob) -> tuple[int, list[tuple[str 
     return offset - job.offset, problems
 
 
+_UNSEEN = object()
 _decoders: dict[str, ChunkDecoder] = {}  # per worker process
 
 
@@ -345,8 +376,8 @@ def run_job_in_worker(archive: str, digest: bytes, job: DecodeJob) -> tuple[int,
     return run_job(decoder, job)
 
 
-def run_jobs(decoder: ChunkDecoder, sink_of: Callable[[int], Sink],
-             how: Executing) -> Iterator[tuple[DecodeJob, tuple[int, list[tuple[str | None, str]]]]]:
+def run_jobs(decoder: ChunkDecoder, sink_of: Callable[[int], Sink], how: Executing,
+             files=None) -> Iterator[tuple[DecodeJob, tuple[int, list[tuple[str | None, str]]]]]:
     """(job, run_job's result) for every chunk of the archive, in order, on
     `how`: worker processes (jobs of PROCESS_JOB_BYTES) or threads (jobs of
     THREAD_JOB_BYTES). Close it (contextlib.closing) to stop early."""
@@ -355,11 +386,11 @@ def run_jobs(decoder: ChunkDecoder, sink_of: Callable[[int], Sink],
         reader = decoder.reader
         fn = partial(run_job_in_worker, str(reader.path.absolute()), reader.footer.digest)
         try:
-            yield from ordered_pairs(how.processes, fn, decode_jobs(index, sink_of, PROCESS_JOB_BYTES),
+            yield from ordered_pairs(how.processes, fn, decode_jobs(index, sink_of, PROCESS_JOB_BYTES, files),
                                      2 * max(1, how.threads))
         except BrokenProcessPool:
             raise BrevisError("a decoding worker process died (killed, or out of memory)") from None
         return
     with Pool(how.threads) as pool:
         yield from ordered_pairs(pool.executor, partial(run_job, decoder),
-                                 decode_jobs(index, sink_of, THREAD_JOB_BYTES), 2 * pool.threads)
+                                 decode_jobs(index, sink_of, THREAD_JOB_BYTES, files), 2 * pool.threads)

@@ -20,8 +20,9 @@ from pathlib import Path
 
 from ..archive.reader import ArchiveReader
 from ..fs.atomic import io_failure, make_temp, remove_stale
-from ..errors import InvalidArgument, IOFailure, OutputExists
-from ..fs.staging import check_inside, move_into_place, stage_parent
+from ..errors import FormatError, InvalidArgument, IOFailure, OutputExists
+from ..fs.atomic import move_new
+from ..fs.staging import check_inside, finish_stage, make_dirs, move_into_place, remove_tree, stage_parent
 from ..workers.heap import keep_freed_memory
 from .chunks import ChunkDecoder, Executing, Progress, WriteInPlace, executing, run_jobs
 
@@ -31,10 +32,44 @@ def default_output(archive: Path) -> Path:
     return archive.with_suffix("") if archive.suffix == ".brv" else archive.with_name(archive.name + ".out")
 
 
+def single_file(index) -> str | None:
+    """The name of the one file of an archive that holds one file and nothing
+    else (a file given to compress alone), else None."""
+    if len(index.files) == 1 and not index.dirs and not index.links and "/" not in index.files[0].path:
+        return index.files[0].path
+    return None
+
+
+def output_path(archive: Path, output, index) -> tuple[Path, bool]:
+    """Where decompress writes, and whether that is one file.
+
+    An archive of one file named after it (FILE.brv holding only FILE, as
+    `compress FILE` writes it) gives that file back, as zstd does: `output`
+    names the file (unless it is an existing folder or ends with a
+    separator: the file goes inside), by default FILE beside the archive.
+    Any other archive is a folder (a folder of one file stays one):
+    `output`, by default the archive's path without .brv."""
+    name = single_file(index)
+    if name is None or archive.name != name + ".brv":
+        return (Path(output) if output is not None else default_output(archive)), False
+    if output is None:
+        return archive.with_name(name), True
+    out = Path(output)
+    if str(output).endswith(("/", os.sep)) or out.is_dir():
+        return out, False
+    return out, True
+
+
 def decompress(archive, output=None, *, threads: int = 1, force: bool = False,
                progress: Progress = None, base=None, executor: Executor | None = None,
-               processes: bool | None = None) -> dict:
+               processes: bool | None = None, modes: bool = True, mtimes: bool = True, only=None) -> dict:
     """Rebuild the archived files under `output`; return a summary.
+
+    Files get back their permission bits (less the umask) and modification
+    times where the archive records them (`modes`, `mtimes`: False leaves
+    the defaults, as a new file gets them); links are recreated as links.
+    `only`: glob patterns (select); just the files and links they match,
+    and what those links point at.
 
     With threads > 1, an archive of at least PROCESS_MIN_BYTES (or any,
     with processes=True) is decoded by worker processes that write the
@@ -44,28 +79,35 @@ def decompress(archive, output=None, *, threads: int = 1, force: bool = False,
     keep_freed_memory()
     archive = Path(archive)
     with ArchiveReader(archive) as reader, executing(reader.index, threads, processes, executor) as how:
-        return _decompress(reader, output, how, force, progress, base, start)
+        return _decompress(reader, output, how, force, progress, base, start, modes, mtimes, only)
 
 
 def _decompress(reader: ArchiveReader, output, how: Executing, force: bool, progress: Progress, base,
-                start: float) -> dict:
+                start: float, modes: bool = True, mtimes: bool = True, only=None) -> dict:
     archive = reader.path
     index = reader.index
     decoder = ChunkDecoder(reader, base)
-    out = Path(output) if output is not None else default_output(archive)
-    if out.exists() and not out.is_dir():
-        raise OutputExists(f"{out} exists and is not a folder")
-    if not force:
-        clashes = [f.path for f in index.files if os.path.lexists(out / f.path)]
-        if clashes:
-            raise OutputExists(f"{out / clashes[0]} exists (use --force to overwrite)")
+    out, one_file = output_path(archive, output, index)
+    positions = range(len(index.files))
+    if only is not None:
+        index, positions = select(index, only)
+    if one_file:
+        if not force and os.path.lexists(out):
+            raise OutputExists(f"{out} exists", option="force")
+    else:
+        if out.exists() and not out.is_dir():
+            raise OutputExists(f"{out} exists and is not a folder")
+        if not force:
+            clashes = [f.path for f in [*index.files, *index.links] if os.path.lexists(out / f.path)]
+            if clashes:
+                raise OutputExists(f"{out / clashes[0]} exists", option="force")
     parent = out.absolute().parent
     if not parent.is_dir():
         raise InvalidArgument(f"cannot write {out}: folder {parent} does not exist")
-    if out.is_dir():
+    if out.is_dir() and not one_file:
         # Refuse links that lead outside before spending any time decoding.
         check_inside(out, index)
-    where = stage_parent(out, parent)
+    where = parent if one_file else stage_parent(out, parent)
     try:
         free = shutil.disk_usage(where).free
     except OSError as e:
@@ -82,25 +124,73 @@ def _decompress(reader: ArchiveReader, output, how: Executing, force: bool, prog
         remove_stale(where, out.name, started)
         _create_files(stage, out, index)
         files = index.files
-        sinks = [WriteInPlace(str(stage / f.path), str(out / f.path)) for f in files]
-        with closing(run_jobs(decoder, sinks.__getitem__, how)) as results:
+        sinks = {i: WriteInPlace(str(stage / f.path), str(out / f.path)) for i, f in zip(positions, files)}
+        with closing(run_jobs(decoder, sinks.__getitem__, how, files=None if only is None else sinks)) as results:
             for _, (done, _) in results:
                 if progress:
                     progress(done)
         for d in index.dirs:
             try:
-                (stage / d).mkdir(parents=True, exist_ok=True)
+                make_dirs(stage / d)
             except OSError as e:
                 raise io_failure(e, f"cannot write {out / d}") from None
-        move_into_place(stage, out, index, force)
+        try:
+            finish_stage(stage, index, modes, mtimes)
+        except OSError as e:
+            raise io_failure(e, f"cannot write {out}") from None
+        if one_file:
+            _move_file(stage / index.files[0].path, out, force)
+        else:
+            move_into_place(stage, out, index, force)
     finally:
         if stage is not None:
-            shutil.rmtree(stage, ignore_errors=True)
+            remove_tree(stage)
         if lock is not None:
             os.close(lock)
     seconds = time.perf_counter() - start
-    return {"archive": str(archive), "output": str(out), "files": len(index.files),
-            "bytes": index.original_bytes, "seconds": seconds}
+    return {"archive": str(archive), "output": str(out), "file_count": len(index.files),
+            "link_count": len(index.links),
+            "original_bytes": index.original_bytes, "seconds": seconds}
+
+
+def _move_file(staged: Path, out: Path, force: bool) -> None:
+    """The one decoded file to `out` (replacing a link there, never writing through it)."""
+    if not force and os.path.lexists(out):
+        raise OutputExists(f"{out} exists", option="force")
+    try:
+        if force:
+            os.replace(staged, out)
+        else:
+            move_new(staged, out)  # fails where another process made it meanwhile
+    except OSError as e:
+        raise io_failure(e, f"cannot write {out}") from None
+
+
+def select(index, patterns) -> tuple[object, list[int]]:
+    """The part of an index that glob patterns choose, and the positions of
+    its files in the whole index. A pattern without '/' matches a name's
+    last component at any depth (`*.safetensors`, `config.json`), one with
+    '/' the whole name (`*` crosses '/'); patterns may also be given
+    comma-separated. A chosen link brings the file or folder it points at."""
+    import dataclasses
+    import fnmatch
+    import posixpath
+
+    from ..archive.schema import link_target
+
+    patterns = [p for x in ([patterns] if isinstance(patterns, str) else patterns) for p in str(x).split(",") if p]
+
+    def chosen(path: str) -> bool:
+        return any(fnmatch.fnmatchcase(path if "/" in p else posixpath.basename(path), p.strip("/"))
+                   for p in patterns)
+
+    links = [k for k in index.links if chosen(k.path)]
+    wanted = {link_target(k.path, k.target) for k in links}
+    positions = [i for i, f in enumerate(index.files)
+                 if chosen(f.path) or f.path in wanted or any(f.path.startswith(w + "/") for w in wanted)]
+    if not positions and not links:
+        raise InvalidArgument(f"no archived file matches {', '.join(map(repr, patterns))}")
+    return dataclasses.replace(index, files=[index.files[i] for i in positions], dirs=[], links=links), positions
 
 
 def _create_files(stage: Path, out: Path, index) -> None:
@@ -108,8 +198,13 @@ def _create_files(stage: Path, out: Path, index) -> None:
     for entry in index.files:
         target = stage / entry.path
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with open(target, "wb") as f:
+            make_dirs(target.parent)
+            # Exclusive: two archived names that are one file on this file system
+            # (case-insensitive, or normalizing names) must not share its bytes.
+            with open(target, "xb") as f:
                 f.truncate(entry.size)
+        except FileExistsError:
+            raise FormatError(f"{entry.path!r} and another archived name are one file on this file system "
+                              "(names differing only in case?); nothing written") from None
         except OSError as e:
             raise io_failure(e, f"cannot write {out / entry.path}") from None

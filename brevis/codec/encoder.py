@@ -80,7 +80,8 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
              base: str | os.PathLike | None = None, chunk_bytes: int = CHUNK_BYTES,
              progress: Callable[[int], None] | None = None, executor: Executor | None = None,
              processes: bool | None = None, window: int | None = None,
-             batch_bytes: int = WORKER_BATCH_BYTES) -> dict:
+             batch_bytes: int = WORKER_BATCH_BYTES, exclude=(), default_excludes: bool = True,
+             dereference: bool = False) -> dict:
     """Write an archive of the sources; return a summary (see api.compress).
 
     Chunks are encoded by `executor` when one is given (anything with
@@ -92,11 +93,18 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
     before worker processes); otherwise, small inputs run on this thread.
     `window`: jobs in flight (default 2 per thread or process); a job for
     another process or an executor is a batch of chunks of about
-    `batch_bytes`.
+    `batch_bytes`. `exclude`, `default_excludes`: what to leave out of
+    folders (fs.sources.collect); the summary's "skipped" lists it.
+    Symbolic links inside a folder that point at a file or folder of the
+    same folder are stored as links; other links to files are followed
+    (their content stored), and every one is with `dereference`.
     """
     start = time.perf_counter()
     keep_freed_memory()
-    files, dirs = collect(list(sources))
+    skipped: list[dict] = []
+    links: list[Source] = []
+    files, dirs = collect(sources, exclude=exclude, default_excludes=default_excludes, skipped=skipped,
+                          links=None if dereference else links)
     out = Path(output).absolute()
     for s in files:
         if s.path.absolute() == out or (out.exists() and os.path.samefile(s.path, out)):
@@ -128,7 +136,7 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
                 _learn(planner, scanned, pool, chunk_bytes, base_model, executor)
             learn_time = time.perf_counter() - learn_time
             files_plan = lay_out(scanned, chunk_bytes)
-            assembler = Assembler(files_plan, dirs, writer)
+            assembler = Assembler(files_plan, dirs, writer, links)
             chunks = (ref for ps in plan_segments(files_plan, planner, pool, chunk_bytes, base_model)
                       for ref in ps.chunks)
             # Workers on this machine: streams come back through shared memory.
@@ -156,7 +164,8 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
     original = index.original_bytes
     return {
         "archive": str(output),
-        "files": len(index.files),
+        "file_count": len(index.files),
+        "link_count": len(index.links),
         "original_bytes": original,
         "archive_bytes": size,
         "ratio": size / original if original else None,
@@ -166,6 +175,7 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
         "effort": planner.effort.level,
         "prior_samples": planner.prior.samples,
         "encode_processes": len(pids),
+        "skipped": skipped,
     }
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import stat
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -32,7 +33,7 @@ from ..dsl.program import Program
 from ..dsl.types import BYTES, Field, tensor
 from ..errors import InvalidArgument, IOFailure
 from ..formats import Segment, layout
-from ..fs.sources import Source, read_exactly
+from ..fs.sources import Source, check_identity, read_exactly
 from ..synth.planner import Plan, Planner, SegmentInfo
 from ..synth.prior import Prior
 from ..synth.search import SearchResult
@@ -51,6 +52,18 @@ class ScannedFile:
     format: str
     segments: list[Segment]
     fd: int = -1  # open while its segments are sampled
+    # The file the scan read (inode, status change time): a file replaced
+    # by another of the same size and mtime (touch -r), or written in place
+    # and its mtime put back, changes these (see identity()).
+    ino: int = 0
+    ctime_ns: int = 0
+    mode: int | None = None  # permission bits, as the index records them
+
+    def identity(self) -> tuple[int, int, int, int]:
+        """(inode, size, mtime, ctime) as the scan found them: every read of
+        the file (here, in worker processes) checks the file it opened has
+        them still, and the end check compares them once more."""
+        return (self.ino, self.size, self.mtime_ns, self.ctime_ns)
 
     def open(self) -> None:
         if self.fd < 0:
@@ -58,6 +71,11 @@ class ScannedFile:
                 self.fd = os.open(self.source.path, os.O_RDONLY)
             except OSError as e:
                 raise InvalidArgument(f"cannot read {self.source.path}: {e.strerror}") from None
+            try:
+                check_identity(os.fstat(self.fd), self.identity(), self.source.path)
+            except BaseException:
+                self.close()
+                raise
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -72,8 +90,7 @@ class ScannedFile:
             st = os.stat(self.source.path)
         except OSError:
             raise IOFailure(f"{self.source.path} disappeared while being read") from None
-        if st.st_size != self.size or st.st_mtime_ns != self.mtime_ns:
-            raise IOFailure(f"{self.source.path} changed while being read; archive not written")
+        check_identity(st, self.identity(), self.source.path)
 
 
 def scan(source: Source) -> ScannedFile:
@@ -83,7 +100,8 @@ def scan(source: Source) -> ScannedFile:
             fmt, segments = layout(f, st.st_size, source.name)
     except OSError as e:
         raise InvalidArgument(f"cannot read {source.path}: {e.strerror}") from None
-    return ScannedFile(source, st.st_size, st.st_mtime_ns, fmt, segments)
+    return ScannedFile(source, st.st_size, st.st_mtime_ns, fmt, segments, ino=st.st_ino, ctime_ns=st.st_ctime_ns,
+                       mode=stat.S_IMODE(st.st_mode))
 
 
 def value_type(seg: Segment) -> Field:
@@ -161,7 +179,7 @@ class ChunkRef:
             else:  # an archive: decoded here, the bytes travel with the task
                 reference = ps.base.read(within, self.length)
         return ChunkTask(ps.file.path, self.offset, self.length, ps.type_name, ps.program_json,
-                         base_path, base_offset, reference)
+                         base_path, base_offset, reference, ps.file.scanned.identity())
 
 
 def lay_out(scanned: list[ScannedFile], chunk_bytes: int) -> list[PlannedFile]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..archive.reader import ArchiveReader
 from ..fs.sources import collect
+from .assembler import link_entry
 from ..workers.heap import keep_freed_memory
 from .chunks import ChunkDecoder, CheckOnly, CompareWith, Executing, Progress, Sink, executing, run_jobs
 
@@ -29,18 +30,28 @@ def verify(archive, sources=None, *, threads: int = 1, progress: Progress = None
     keep_freed_memory()
     originals = None
     if sources:
-        files, _ = collect([sources] if isinstance(sources, (str, os.PathLike)) else list(sources))
-        originals = {s.name: s.path for s in files}
+        links: list = []
+        files, _ = collect([sources] if isinstance(sources, (str, os.PathLike)) else list(sources), links=links)
+        originals = {s.name: s.path for s in files + links}  # a link's content read through it
+        source_links = {s.name: link_entry(s).target for s in links}
     with ArchiveReader(Path(archive)) as reader:
         index = reader.index
         with executing(index, threads, processes, executor) as how:
             problems = _check(ChunkDecoder(reader, base), originals, how, progress)
         if originals is not None:
-            for name in sorted(set(originals) - {f.path for f in index.files}):
+            for k in index.links:
+                if k.path not in source_links:
+                    problems.append(_problem(k.path, None, "a link in the archive, not in the source"))
+                elif source_links[k.path] != k.target:
+                    problems.append(_problem(k.path, None, f"a link to {k.target} in the archive, "
+                                                           f"to {source_links[k.path]} in the source"))
+            archived = {f.path for f in index.files} | {k.path for k in index.links}
+            for name in sorted(set(originals) - archived):
                 problems.append(_problem(name, None, "in the source but not in the archive"))
-    return {"archive": str(archive), "ok": not problems, "files": len(index.files),
-            "bytes": index.original_bytes, "problems": problems,
-            "seconds": time.perf_counter() - start}
+    return {"archive": str(archive), "ok": not problems, "file_count": len(index.files),
+            "link_count": len(index.links),
+            "original_bytes": index.original_bytes, "source_compared": originals is not None,
+            "problems": problems, "seconds": time.perf_counter() - start}
 
 
 def _problem(file, segment, error) -> dict:

@@ -13,6 +13,9 @@ class Constant(Operator):
     """Every element equals `value`; nothing is stored.
 
     Forward: check that the value is constant. Inverse: repeat the value n times.
+    Memory of the inverse: at most 1 times its output. Nothing is stored,
+    so an archive may declare many of these chunks: the index's limits
+    (archive.format.max_entries) bound how many.
     """
 
     id = "constant"

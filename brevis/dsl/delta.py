@@ -45,7 +45,9 @@ class _Strided(Operator):
 
 @register
 class Delta(_Strided):
-    """y[i] = x[i] - x[i-stride] modulo 2^bits. Inverse: running sums per lane."""
+    """y[i] = x[i] - x[i-stride] modulo 2^bits. Inverse: running sums per lane.
+
+    Memory of the inverse: at most 3 times its output."""
 
     id = "delta"
     keeps_order = True
@@ -67,7 +69,9 @@ class Delta(_Strided):
 
 @register
 class XorDelta(_Strided):
-    """y[i] = x[i] xor x[i-stride]. Inverse: running xor per lane."""
+    """y[i] = x[i] xor x[i-stride]. Inverse: running xor per lane.
+
+    Memory of the inverse: at most 3 times its output."""
 
     id = "xor_delta"
     keeps_order = True
@@ -81,7 +85,7 @@ class XorDelta(_Strided):
         return [y]
 
     def inverse(self, n, t, read):
-        lanes, n = _columns(read(0, n).astype(t.container), self._config["stride"])
+        lanes, n = _columns(read(0, n).astype(t.container, copy=False), self._config["stride"])
         return np.bitwise_xor.accumulate(lanes, axis=0).reshape(-1)[:n]
 
 
@@ -89,6 +93,7 @@ class XorDelta(_Strided):
 class ZigZag(Operator):
     """Map two's complement v to 2v (v >= 0) or -2v-1 (v < 0), so small
     magnitudes of either sign become small codes. Inverse: (z >> 1) xor -(z & 1).
+    Memory of the inverse: at most 3 times its output.
     """
 
     id = "zigzag"
@@ -121,6 +126,7 @@ class Transpose(Operator):
     """View a chunk as rows of `cols` elements and store it column by column.
 
     Inverse: transpose back. The chunk length must be a multiple of `cols`.
+    Memory of the inverse: at most 2 times its output.
     """
 
     id = "transpose"

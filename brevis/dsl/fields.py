@@ -94,11 +94,16 @@ def _split(x: np.ndarray, groups: list[list[list[int]]]) -> list[np.ndarray]:
     return out
 
 
-def _join(n: int, t: Field, groups, values: list[np.ndarray]) -> np.ndarray:
+def _join(n: int, t: Field, groups, values) -> np.ndarray:
+    """The words of t rebuilt from one value per group. `values` may be an
+    iterator that decodes each child when it is reached: one child is held
+    at a time, besides the output and one temporary of the output's size."""
     container = t.container
     word = container.type
     x = tmp = None
-    for group, value in zip(groups, values):
+    values = iter(values)
+    for group in groups:
+        value = next(values)
         value_bits = 8 * value.itemsize
         pos = 0
         for low, w in reversed(group):
@@ -130,6 +135,7 @@ def _join(n: int, t: Field, groups, values: list[np.ndarray]) -> np.ndarray:
             if part is not x:
                 x |= part
             pos += w
+        value = part = None  # this child is done: freed before the next one is decoded
     if x is None:
         x = np.zeros(n, dtype=container)
     return x
@@ -141,6 +147,10 @@ class BitFields(Operator):
     A group is a list of [low, width] ranges, packed high-to-low into one
     field. The ranges of all groups must tile the input word exactly.
     Inverse: shift every range back to its place and OR them together.
+    Memory of the inverse: at most 3 times its output: the output, one
+    temporary of its size, and one child at a time (a 1-bit field is held
+    as bytes: the child of a u8 word's 1-bit group is as large as the
+    output).
     """
 
     id = "bit_fields"
@@ -163,9 +173,14 @@ class BitFields(Operator):
     def forward(self, x, t):
         return _split(x, self.groups(t))
 
+    def held_while_reading(self, t, i, types):
+        """Bytes per element held while child i decodes (see dsl/memory.py): the
+        output and its temporary, once the first child is in."""
+        return 2 * t.container.itemsize if i else 0
+
     def inverse(self, n, t, read: ReadChild):
         groups = self.groups(t)
-        return _join(n, t, groups, [read(i, n) for i in range(len(groups))])
+        return _join(n, t, groups, (read(i, n) for i in range(len(groups))))
 
 
 @register
@@ -175,6 +190,7 @@ class FloatFields(BitFields):
     `grouping` names the fields, groups separated by '|': "s|e|m" gives three
     fields, "e|sm" the exponent and sign+mantissa in one. Works for every
     float dtype. Inverse: reassemble the bit pattern from the fields.
+    Memory of the inverse: at most 3 times its output (as bit_fields).
     """
 
     id = "float_fields"
@@ -210,6 +226,7 @@ class LowZeroBits(Operator):
     """Drop low bits that are zero in every element (an f32 upcast from bf16).
 
     Forward: x >> shift, refused if a dropped bit is set. Inverse: x << shift.
+    Memory of the inverse: at most 3 times its output.
     """
 
     id = "low_zero_bits"
@@ -244,6 +261,7 @@ class PackBits(Operator):
     """Pack a field of 1, 2 or 4 bits into bytes, 8/bits values per byte.
 
     Inverse: unpack the bytes and drop the padding of the last byte.
+    Memory of the inverse: at most 4 times its output (its output is bytes).
     """
 
     id = "pack_bits"
@@ -289,6 +307,9 @@ class PackBits(Operator):
         if full < len(out):  # the last, partly padded byte
             out[full] = sum(int(v) << (i * bits) for i, v in enumerate(x[full * per:]))
         return [out]
+
+    def child_share(self, t, i):
+        return t.bits / 8  # packed bytes per element (see dsl/memory.py)
 
     def inverse(self, n, t, read):
         bits = t.bits

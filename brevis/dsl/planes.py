@@ -14,6 +14,7 @@ class BytePlanes(Operator):
 
     A b-bit field gives ceil(b/8) planes; the last holds the leftover bits.
     Inverse: interleave the planes back into little-endian words.
+    Memory of the inverse: at most 3 times its output.
     """
 
     id = "byte_planes"

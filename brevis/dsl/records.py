@@ -17,7 +17,8 @@ class Records(Operator):
     of `width` bytes (1, 2, 4 or 8; a little-endian word). A GGUF Q8_0
     block is [[1, 2], [32, 1]]: one f16 scale, then 32 int8 quants. Child j
     holds field j of every record, in record order, as words of 8*width
-    bits. Inverse: interleave the fields back into records.
+    bits. Inverse: interleave the fields back into records. Memory of the
+    inverse: at most 3 times its output (the output, two children at most).
     """
 
     id = "records"
@@ -58,6 +59,14 @@ class Records(Operator):
             out.append(part.reshape(-1).view(Field(8 * width).container))
             pos += count * width
         return out
+
+    def held_while_reading(self, t, i, types):
+        """Bytes per element held while child i decodes (see dsl/memory.py): the
+        output, and the previous field."""
+        return t.container.itemsize + (self.child_share(t, i - 1) * types[i - 1].container.itemsize if i else 0)
+
+    def child_share(self, t, i):
+        return self._config["fields"][i][0] / self.record_bytes  # items of field i per byte
 
     def inverse(self, n, t, read):
         size = self.record_bytes

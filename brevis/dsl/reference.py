@@ -39,7 +39,7 @@ class ReferenceOperator(Operator):
         raise ProgramError(f"{self.id} needs the reference tensor")
 
     def inverse(self, n, t, read):
-        raise FormatError(f"{self.id} needs the base model (--base)")
+        raise FormatError(f"{self.id} needs the base model it was coded against")
 
     @staticmethod
     def _check(ref: np.ndarray, n: int, t) -> np.ndarray:
@@ -50,7 +50,9 @@ class ReferenceOperator(Operator):
 
 @register
 class XorBase(ReferenceOperator):
-    """y = x xor reference. Inverse: x = y xor reference."""
+    """y = x xor reference. Inverse: x = y xor reference.
+
+    Memory of the inverse: at most 3 times its output (the reference aside)."""
 
     id = "xor_base"
 
@@ -63,7 +65,9 @@ class XorBase(ReferenceOperator):
 
 @register
 class SubBase(ReferenceOperator):
-    """y = x - reference modulo 2^bits (of the bit patterns). Inverse: x = y + reference."""
+    """y = x - reference modulo 2^bits (of the bit patterns). Inverse: x = y + reference.
+
+    Memory of the inverse: at most 3 times its output (the reference aside)."""
 
     id = "sub_base"
     signed_children = True

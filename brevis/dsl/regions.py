@@ -9,6 +9,10 @@ from .operator import Operator, register
 from .types import Field
 
 INDEX = Field(32)  # positions and counts: chunks hold at most 2^26 elements
+# Index children (row numbers, gaps) are checked and used block by block,
+# as 4-byte integers: widening a whole chunk's to 8 bytes, with temporaries,
+# cost 6 to 10 times the chunk (3.4 GiB for a 64 MiB chunk).
+BLOCK = 1 << 16
 
 
 def _word_mask(t: Field) -> int:
@@ -20,7 +24,8 @@ class Affine(Operator):
     """x[i] = start + step * i modulo 2^bits (position ids, aranges).
 
     `step` is in the config; each chunk stores its start (one value).
-    Inverse: rebuild the progression.
+    Inverse: rebuild the progression. Memory of the inverse: at most 1
+    times its output (built in place).
     """
 
     id = "affine"
@@ -39,8 +44,9 @@ class Affine(Operator):
 
     def _progression(self, start, n, t):
         word = t.container.type
-        i = np.arange(n, dtype=t.container)
-        y = word(start) + i * word(self._config["step"] & _word_mask(t))
+        y = np.arange(n, dtype=t.container)  # in place from here: no temporaries
+        y *= word(self._config["step"] & _word_mask(t))
+        y += word(start)
         if t.bits < 8 * t.container.itemsize:
             y &= word(_word_mask(t))
         return y
@@ -51,6 +57,9 @@ class Affine(Operator):
         if not np.array_equal(x, self._progression(int(x[0]), len(x), t)):
             raise NotApplicable("not an arithmetic progression")
         return [x[:1].astype(t.container)]
+
+    def child_share(self, t, i):
+        return 0  # the start: one element (see dsl/memory.py)
 
     def inverse(self, n, t, read):
         start = read(0, 1 if n else 0)
@@ -64,6 +73,9 @@ class RowDedup(Operator):
     Children: the row index of every row (first occurrences numbered in
     order, so the number of distinct rows follows from the indices), then
     the distinct rows. Inverse: gather the distinct rows by index.
+    Memory of the inverse: at most 6 times its output (rows of one byte:
+    4-byte row numbers, the distinct rows, the output; then blocks of BLOCK
+    row numbers).
     """
 
     id = "row_dedup"
@@ -93,20 +105,30 @@ class RowDedup(Operator):
         index = rank[inverse.reshape(-1)].astype(np.uint32)
         return [index, rows[np.sort(first)].reshape(-1)]
 
+    def child_share(self, t, i):
+        return 1 / self._config["row"] if i == 0 else 1  # one row number per row (see dsl/memory.py)
+
     def inverse(self, n, t, read):
         r = self._config["row"]
         if n % r:
             raise FormatError("row_dedup: chunk is not whole rows")
-        index = read(0, n // r).astype(np.int64)
-        if len(index):
-            running = np.maximum.accumulate(index)
-            if index[0] != 0 or np.any(index[1:] > running[:-1] + 1):
+        index = read(0, n // r)  # u32, checked and used block by block
+        highest = -1  # the running maximum before the block
+        for i in range(0, len(index), BLOCK):
+            block = index[i:i + BLOCK]
+            before = np.maximum.accumulate(block)
+            # Each row number is at most one above the maximum of those before it.
+            if int(block[0]) > highest + 1 or (len(block) > 1 and np.any(block[1:] > before[:-1] + np.uint64(1))):
                 raise FormatError("row_dedup: row indices out of order")
-            distinct = int(running[-1]) + 1
-        else:
-            distinct = 0
+            highest = max(highest, int(before[-1]))
+        distinct = highest + 1
         rows = read(1, distinct * r).reshape(distinct, r)
-        return rows[index].reshape(-1).astype(t.container, copy=False)
+        out = np.empty(n, t.container)
+        whole = out.reshape(-1, r)
+        for i in range(0, len(index), BLOCK):
+            # mode="clip": indices are checked above, and "raise" would buffer the output.
+            np.take(rows, index[i:i + BLOCK], axis=0, out=whole[i:i + BLOCK], mode="clip")
+        return out
 
 
 @register
@@ -115,6 +137,9 @@ class Sparse(Operator):
 
     Children: the count of exceptions (one value), the gaps between their
     positions, their values. Inverse: fill with `value`, then scatter.
+    Memory of the inverse: at most 6 times its output (bytes, every one an
+    exception: 4-byte gaps, the values, the output; then blocks of BLOCK
+    positions).
     """
 
     id = "sparse"
@@ -138,15 +163,28 @@ class Sparse(Operator):
         gaps = np.diff(pos, prepend=-1) - 1
         return [np.array([len(pos)], np.uint32), gaps.astype(np.uint32), x[pos].astype(t.container)]
 
+    def held_while_reading(self, t, i, types):
+        """Bytes per element held while child i decodes (see dsl/memory.py): the gaps, for the values."""
+        return 4 if i == 2 else 0
+
+    def child_share(self, t, i):
+        return 0 if i == 0 else 1  # the count is one element
+
     def inverse(self, n, t, read):
         count = int(read(0, 1)[0])
         if count > n:
             raise FormatError("sparse: more exceptions than elements")
-        gaps = read(1, count).astype(np.int64)
-        pos = np.cumsum(gaps + 1) - 1
-        if count and pos[-1] >= n:
-            raise FormatError("sparse: exception position out of range")
+        gaps = read(1, count)  # u32, turned into positions block by block
         values = read(2, count)
         out = np.full(n, self._config["value"], dtype=t.container)
-        out[pos] = values
+        last = -1  # the position before the block
+        for i in range(0, count, BLOCK):
+            pos = gaps[i:i + BLOCK].astype(np.int64)
+            pos += 1
+            np.cumsum(pos, out=pos)
+            pos += last
+            last = int(pos[-1])
+            if last >= n:
+                raise FormatError("sparse: exception position out of range")
+            out[pos] = values[i:i + BLOCK]
         return out

@@ -54,6 +54,8 @@ class Rank(Operator):
     Ranks below T = len(symbols) go to the first child; a symbol outside the
     table gets rank T and its value goes to the exceptions child. Inverse:
     look ranks up in the table, take escaped values from the exceptions.
+    Memory of the inverse: at most 4 times its output (bytes: the ranks,
+    which are escaped, the exceptions, the output).
     """
 
     id = "rank"
@@ -82,6 +84,11 @@ class Rank(Operator):
         ranks = _lookup(x, symbols, np.arange(len(symbols), dtype=np.uint8), len(symbols), t.bits)
         return [ranks, x[ranks == len(symbols)].astype(t.container, copy=False)]
 
+    def held_while_reading(self, t, i, types):
+        """Bytes per element held while child i decodes (see dsl/memory.py): for the
+        exceptions, the ranks, the output and which elements are escaped."""
+        return types[0].container.itemsize + t.container.itemsize + 1 if i else 0
+
     def inverse(self, n, t, read):
         symbols = self._config["symbols"]
         T = len(symbols)
@@ -107,7 +114,9 @@ class Partition(Operator):
     class in `classes` (lists of context values) and a last one for values
     in no class. Each sub-stream keeps its own statistics (e.g. mantissa
     bits by exponent). Inverse: decode the context, count each class, read
-    the sub-streams and put every element back in its place.
+    the sub-streams and put every element back in its place. Memory of the
+    inverse: at most 6 times its output (bytes: context, classes,
+    sub-streams, the rest field, then the output and one temporary).
     """
 
     id = "partition"
@@ -189,6 +198,14 @@ class Partition(Operator):
         subs = [np.concatenate(p) if len(p) > 1 else p[0] if p else rest[:0] for p in pieces]
         return [context] + subs
 
+    def held_while_reading(self, t, i, types):
+        """Bytes per element held while child i decodes (see dsl/memory.py): the
+        context, each element's class, the sub-streams before it (together at
+        most one element per element)."""
+        if not i:
+            return 0
+        return types[0].container.itemsize + 1 + (types[1].container.itemsize if i > 1 else 0)
+
     def inverse(self, n, t, read):
         types = self.child_types(t)
         context = read(0, n)
@@ -224,6 +241,7 @@ class Partition(Operator):
                 gathered.append(parts[j][used[j]:used[j] + c])
                 used[j] += c
             out[np.argsort(block, kind="stable")] = np.concatenate(gathered) if len(gathered) > 1 else gathered[0]
+        parts = cls = None  # freed before the output is made
         return _join(n, t, self._groups(), [context, rest])
 
     @staticmethod

@@ -10,6 +10,7 @@ parse becomes one byte segment.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -71,7 +72,23 @@ def layout(f: BinaryIO, size: int, name: str) -> tuple[str, list[Segment]]:
     for fmt in (safetensors, gguf, pytorch, onnx):
         if fmt.detect(f, size, name):
             try:
-                return fmt.NAME, fmt.parse(f, size)
+                segments = fmt.parse(f, size)
             except ParseError:
                 break
+            if all(readable(s) for s in segments):
+                return fmt.NAME, segments
+            break  # a tensor an archive reader would refuse: the whole file as bytes
     return "bytes", opaque(size)
+
+
+def readable(seg: Segment) -> bool:
+    """Whether a reader accepts this segment as a tensor: the archive
+    reader's limits on a shape (archive.format.shape_fits), checked here
+    first so that a file breaking them is stored as bytes."""
+    from ..archive.format import shape_fits
+
+    if seg.dtype is None:
+        return seg.shape is None
+    shape = seg.shape
+    return (isinstance(shape, (tuple, list)) and all(isinstance(d, int) and d >= 0 for d in shape)
+            and shape_fits(shape, seg.dtype.itemsize) and math.prod(shape) * seg.dtype.itemsize == seg.length)

@@ -139,12 +139,67 @@ def remove_stale(parent: Path, name: str, before_ns: int) -> list[Path]:
     return removed
 
 
-def publish(fd: int, tmp: Path, path: Path) -> None:
+def publish(fd: int, tmp: Path, path: Path, replace: bool = True) -> None:
     """Move a complete temporary file into place: the usual permissions
-    (mkstemp made it private), then an atomic rename over `path`. Done while
-    the temporary is still open, so its lock keeps other runs' cleanup off
-    it until it is in place. OSError for the caller to report."""
+    (mkstemp made it private), then an atomic rename over `path`, or with
+    replace=False, put in place only where nothing is at `path` at that very
+    moment (move_new: of two runs writing one new output, the second fails
+    instead of replacing the first's). Done while the temporary is still
+    open, so its lock keeps other runs' cleanup off it until it is in place.
+    OSError for the caller to report; OutputExists where `path` exists."""
     umask = os.umask(0)
     os.umask(umask)
     os.fchmod(fd, 0o666 & ~umask)
-    os.replace(tmp, path)
+    if replace:
+        os.replace(tmp, path)
+    else:
+        move_new(tmp, path)
+
+
+# Where a file system has no hard links, link() fails with one of these.
+_NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK, errno.EXDEV,
+             getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
+RENAME_NOREPLACE = 1
+
+
+def move_new(src: Path, dst: Path) -> None:
+    """Rename `src` to `dst` where nothing is at `dst`, atomically: a hard
+    link then the old name removed (link() never replaces), or where the
+    file system has no hard links, renameat2(RENAME_NOREPLACE) (Linux).
+    OutputExists where `dst` exists (a link included); IOFailure where the
+    file system offers neither; other OSErrors for the caller."""
+    from ..errors import OutputExists
+
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except FileExistsError:
+        raise OutputExists(f"{dst} exists (created meanwhile by another process)", option="force") from None
+    except OSError as e:
+        if e.errno not in _NO_LINKS:
+            raise
+        _rename_noreplace(src, dst)
+        return
+    os.unlink(src)
+
+
+def _rename_noreplace(src: Path, dst: Path) -> None:
+    import ctypes
+
+    from ..errors import OutputExists
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        renameat2 = None
+    if renameat2 is not None:
+        AT_FDCWD = -100
+        if renameat2(AT_FDCWD, os.fsencode(src), AT_FDCWD, os.fsencode(dst), RENAME_NOREPLACE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            raise OutputExists(f"{dst} exists (created meanwhile by another process)", option="force")
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise OSError(err, os.strerror(err), str(dst))
+    raise IOFailure(f"cannot create {dst} without risking to replace a file made meanwhile: the file system "
+                    "has neither hard links nor an exclusive rename (overwriting, with force, works)")

@@ -4,12 +4,19 @@ One folder: its contents, named relative to it (decompressing gives the
 folder's contents back). Several sources, or files: each named by its base
 name, folders keeping their name as the first path component. Symbolic
 links to files are followed (a Hugging Face cache folder is made of them);
-links to folders are not, so a walk cannot loop. Empty folders are kept.
+links to folders are not, so a walk cannot loop: one that leads outside
+the tree is skipped, and reported. Empty folders are kept.
+
+Skipped while walking a folder, each reported in `skipped` with its reason:
+paths matching an exclusion pattern, the default exclusions (version
+control folders, Finder's .DS_Store) unless turned off, links to folders
+outside the tree. A source named explicitly is never excluded.
 """
 
 from __future__ import annotations
 
 import errno
+import fnmatch
 import os
 import stat
 from dataclasses import dataclass
@@ -22,6 +29,7 @@ from ..errors import InvalidArgument, IOFailure
 class Source:
     name: str  # POSIX path inside the archive
     path: Path  # where it is on disk
+    link: str | None = None  # a link kept as a link (collect's `links`): the archive name it points at
 
 
 def read_up_to(fd: int, offset: int, length: int) -> bytes:
@@ -52,45 +60,148 @@ def read_exactly(fd: int, path, offset: int, length: int) -> bytes:
     return data
 
 
-def read_at(path: str | os.PathLike, offset: int, length: int, what: str) -> bytes:
+def check_identity(st: os.stat_result, identity: tuple[int, int, int, int], path) -> None:
+    """IOFailure unless the file of `st` is the one of `identity` (inode,
+    size, mtime, ctime, as a scan found them), unchanged. Not the device:
+    a worker on another host may see another device number for the same
+    shared file system."""
+    if (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != tuple(identity):
+        if st.st_ino == identity[0] and st.st_size < identity[1]:
+            raise IOFailure(f"{path} shrank while being read")
+        raise IOFailure(f"{path} changed while being read; archive not written")
+
+
+def read_at(path: str | os.PathLike, offset: int, length: int, what: str,
+            identity: tuple[int, int, int, int] | None = None) -> bytes:
     """read_exactly from a file named by path (a worker's job names its
-    bytes so); InvalidArgument if it cannot be opened."""
+    bytes so); InvalidArgument if it cannot be opened. With `identity`
+    (ScannedFile.identity), IOFailure where the file opened is not that one
+    any more (replaced, or written since the scan)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as e:
         raise InvalidArgument(f"cannot read {what}: {e.strerror}") from None
     try:
+        if identity is not None:
+            check_identity(os.fstat(fd), identity, what)
         return read_exactly(fd, what, offset, length)
     finally:
         os.close(fd)
 
 
-def _walk(root: Path, prefix: str) -> tuple[list[Source], list[str]]:
+# Skipped in every walk unless default_excludes=False: version control
+# folders and Finder's folder settings, never part of a checkpoint (a
+# Hugging Face clone's .git/ holds a second copy of every LFS file).
+DEFAULT_EXCLUDES = (".git/", ".hg/", ".svn/", ".DS_Store")
+
+
+def excluded_by(name: str, is_dir: bool, patterns) -> str | None:
+    """The first pattern that excludes an archive name: a pattern without
+    '/' matches the last component (any depth, as tar and rsync do), one
+    with '/' the whole name; a trailing '/' matches folders only."""
+    last = name.rsplit("/", 1)[-1]
+    for pattern in patterns:
+        p = pattern.rstrip("/")
+        if not p or (pattern.endswith("/") and not is_dir):
+            continue
+        if fnmatch.fnmatchcase(name if "/" in p else last, p.lstrip("/")):
+            return pattern
+    return None
+
+
+def _in_tree(path: Path, root: Path, prefix: str) -> str | None:
+    """The archive name of what a link met walking `root` points at, where
+    that lies inside `root` (not `root` itself); else None."""
+    real_root = root.resolve()
+    target = path.resolve()
+    if target == real_root or not target.is_relative_to(real_root):
+        return None
+    rel = target.relative_to(real_root).as_posix()
+    return f"{prefix}/{rel}" if prefix else rel
+
+
+def _walk(root: Path, prefix: str, exclude=(), default_excludes: bool = True,
+          skipped: list | None = None, links: bool = False) -> tuple[list[Source], list[str]]:
     files, dirs = [], []
+
+    def skip(path: Path, kind: str, reason: str) -> None:
+        if skipped is not None:
+            skipped.append({"path": str(path), "kind": kind, "reason": reason})
+
+    def exclusion(name: str, is_dir: bool) -> bool:
+        pattern = excluded_by(name, is_dir, exclude)
+        kind = "excluded"
+        if pattern is None and default_excludes:
+            pattern, kind = excluded_by(name, is_dir, DEFAULT_EXCLUDES), "default"
+        if pattern is None:
+            return False
+        skip(Path(here, name.rsplit("/", 1)[-1]), kind,
+             f"matches the exclusion {pattern!r}" if kind == "excluded" else f"excluded by default ({pattern})")
+        return True
+
     for here, subdirs, names in os.walk(root, followlinks=False, onerror=_raise):
         subdirs.sort()
         rel = os.path.relpath(here, root)
         rel_name = "" if rel == "." else rel.replace(os.sep, "/")
         base = "/".join(p for p in (prefix, rel_name) if p)
+
+        def named(name: str) -> str:
+            return f"{base}/{name}" if base else name
+
+        subdirs[:] = [d for d in subdirs if os.path.islink(os.path.join(here, d))
+                      or not exclusion(named(d), True)]
         entries = sorted(names) + [d for d in subdirs if os.path.islink(os.path.join(here, d))]
+        subdirs[:] = [d for d in subdirs if not os.path.islink(os.path.join(here, d))]
         kept = 0
         for name in sorted(entries):
             path = Path(here, name)
-            if path.is_file():
-                files.append(Source(f"{base}/{name}" if base else name, path))
+            if exclusion(named(name), path.is_dir()):
+                continue
+            inside = _in_tree(path, root, prefix) if links and path.is_symlink() and path.exists() else None
+            if inside is not None:  # kept as a link (collect's `links`)
+                files.append(Source(named(name), path, link=inside))
+                kept += 1
+            elif path.is_file():
+                files.append(Source(named(name), path))
                 kept += 1
             elif path.is_symlink() and path.is_dir():
                 target = path.resolve()
                 if target == root.resolve() or target.is_relative_to(root.resolve()):
                     raise InvalidArgument(f"{path} is a link to a folder inside the source ({target}); "
                                           "links to folders are not followed: remove the link")
-                raise InvalidArgument(f"{path} is a link to a folder; links to folders are not "
-                                      f"followed: pass {target} as a source of its own")
+                # Not followed (a walk must not leave the tree, nor loop), and no reason to stop the run.
+                skip(path, "link", f"a link to a folder outside the source ({target}), not followed: "
+                                   "give that folder as a source of its own to archive it")
             else:
                 raise InvalidArgument(f"{path} {_not_regular(path)}; only regular files are archived")
         if not kept and not subdirs and base:
             dirs.append(base)
     return files, dirs
+
+
+def _keep_links(files: list[Source], dirs: list[str], links: list, skipped: list | None) -> list[Source]:
+    """The files without the links that point at an archived file or folder
+    (appended to `links`); a link to a file that is not archived (excluded)
+    is followed, one to such a folder skipped."""
+    archived = {s.name for s in files if s.link is None}
+    folders = set(dirs)
+    for n in [s.name for s in files] + dirs:
+        parts = n.split("/")
+        folders.update("/".join(parts[:i]) for i in range(1, len(parts)))
+    out = []
+    for s in files:
+        if s.link is None:
+            out.append(s)
+        elif s.link in archived or s.link in folders:  # never a link: resolved to the end
+            links.append(s)
+        elif s.path.is_file():
+            out.append(Source(s.name, s.path))  # its target is not archived: its content is
+        elif skipped is not None:
+            skipped.append({"path": str(s.path), "kind": "link",
+                            "reason": f"a link to a folder that is not archived ({s.link}), not followed"})
+        else:
+            raise InvalidArgument(f"{s.path} is a link to a folder that is not archived ({s.link})")
+    return out
 
 
 def _not_regular(path: Path) -> str:
@@ -113,10 +224,27 @@ def _raise(e: OSError):
     raise InvalidArgument(f"cannot read {e.filename}: {e.strerror}")
 
 
-def collect(paths: list[str | os.PathLike]) -> tuple[list[Source], list[str]]:
-    """The files and empty folders to archive, in archive order."""
+def collect(paths: list[str | os.PathLike] | str | os.PathLike, *, exclude=(), default_excludes: bool = True,
+            skipped: list | None = None, links: list | None = None) -> tuple[list[Source], list[str]]:
+    """The files and empty folders to archive, in archive order.
+
+    `exclude`: glob patterns of archive names to leave out (excluded_by);
+    `default_excludes`: also leave out DEFAULT_EXCLUDES. What a walk
+    leaves out is appended to `skipped` as {"path", "kind", "reason"}
+    (kind: excluded, default, link).
+
+    `links`: a list to which the symbolic links met walking a folder that
+    point inside it (at a file or folder that is archived) are appended, as
+    Sources whose `link` is the archive name they point at; they are then
+    not among the files. Without it (None) every link to a file is
+    followed (tar's --dereference), as is a link to a file that is not
+    archived (excluded) with it."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
     if not paths:
         raise InvalidArgument("nothing to compress")
+    walk = {"exclude": tuple(exclude), "default_excludes": default_excludes, "skipped": skipped,
+            "links": links is not None}
     roots = [Path(p) for p in paths]
     for r in roots:
         if not r.exists():
@@ -126,19 +254,21 @@ def collect(paths: list[str | os.PathLike]) -> tuple[list[Source], list[str]]:
     files: list[Source] = []
     dirs: list[str] = []
     if len(roots) == 1 and roots[0].is_dir():
-        files, dirs = _walk(roots[0], "")
+        files, dirs = _walk(roots[0], "", **walk)
     else:
         for r in roots:
             name = r.resolve().name if r.name in ("", ".", "..") else r.name
             if r.is_dir():
-                f, d = _walk(r, name)
+                f, d = _walk(r, name, **walk)
                 files += f
                 dirs += d or ([] if f else [name])
             elif r.is_file():
                 files.append(Source(name, r))
             else:
                 raise InvalidArgument(f"{r} {_not_regular(r)}; only regular files and folders are archived")
-    names = [s.name for s in files] + dirs
+    if links is not None:
+        files = _keep_links(files, dirs, links, skipped)
+    names = [s.name for s in files] + [s.name for s in links or ()] + dirs
     seen = set()
     for n in names:
         if n in seen:

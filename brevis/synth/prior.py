@@ -110,13 +110,17 @@ class Prior:
             raise InvalidArgument("not a Brevis prior (version 1)")
         counts = obj.get("counts")
         if not isinstance(counts, dict) or not all(
-                isinstance(c, dict) and all(isinstance(v, (int, float)) and v >= 0 for v in c.values())
+                isinstance(c, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                            and 0 <= v < math.inf for v in c.values())
                 for c in counts.values()):
             raise InvalidArgument("prior: malformed counts")
         programs = obj.get("programs", [])  # absent in priors written before the library
         if not isinstance(programs, list):
             raise InvalidArgument("prior: malformed programs")
-        return Prior(counts, int(obj.get("samples", 0)), [LearnedProgram.from_json(p) for p in programs])
+        samples = obj.get("samples", 0)
+        if not (isinstance(samples, int) and not isinstance(samples, bool) and samples >= 0):
+            raise InvalidArgument("prior: samples must be a non-negative integer")
+        return Prior(counts, samples, [LearnedProgram.from_json(p) for p in programs])
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
@@ -127,8 +131,9 @@ class Prior:
             obj = json.loads(Path(path).read_text())
         except FileNotFoundError:
             raise InvalidArgument(f"{path}: no such prior file") from None
-        except (OSError, ValueError) as e:
-            raise InvalidArgument(f"{path}: cannot read prior ({e})") from None
+        except (OSError, ValueError, RecursionError) as e:
+            raise InvalidArgument(f"{path}: cannot read prior ({type(e).__name__}: {e})"
+                                  if isinstance(e, RecursionError) else f"{path}: cannot read prior ({e})") from None
         return Prior.from_json(obj)
 
 
@@ -151,7 +156,7 @@ class LearnedProgram:
     def from_json(obj) -> "LearnedProgram":
         try:
             relative = float(obj["relative"])
-            if not (isinstance(obj["kind"], str) and isinstance(obj["role"], str) and relative > 0):
+            if not (isinstance(obj["kind"], str) and isinstance(obj["role"], str) and 0 < relative < math.inf):
                 raise ValueError
             return LearnedProgram(obj["kind"], obj["role"], Program.from_json(obj["program"]), relative)
         except (KeyError, TypeError, ValueError, ProgramError):

@@ -44,21 +44,33 @@ def write_batch(outputs: list, owner: int) -> SharedBatch:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         pos = 0
+        spans = []
         for o in outputs:
-            o.spans = []
+            spans.append([])
             for x in o.streams:
                 view = memoryview(x)
                 while view:
                     view = view[os.write(fd, view):]
-                o.spans.append((pos, len(x)))
+                spans[-1].append((pos, len(x)))
                 pos += len(x)
-            o.streams = None
     except BaseException:
         os.unlink(path)
         raise
     finally:
         os.close(fd)
+    for o, where in zip(outputs, spans):  # only once all is written: a failed batch keeps its streams
+        o.spans, o.streams = where, None
     return SharedBatch(path, outputs)
+
+
+def write_batch_or_keep(outputs: list, owner: int):
+    """write_batch, or where /dev/shm is missing, full or too small (Docker
+    gives 64 MiB by default), the outputs as they are: their streams then
+    travel through the result pipe (slower, but the run goes on)."""
+    try:
+        return write_batch(outputs, owner)
+    except OSError:
+        return outputs
 
 
 @contextmanager

@@ -27,13 +27,14 @@ from functools import lru_cache
 import numpy as np
 
 from ..dsl.interpreter import forward
+from ..dsl.memory import chunk_fits
 from ..dsl.operator import Coder
 from ..dsl.program import Program
 from ..dsl.types import Field, tensor
 from ..dtypes import lookup
 from ..errors import NotApplicable
 from ..fs.sources import read_at
-from .shared import SharedBatch, write_batch
+from .shared import SharedBatch, write_batch_or_keep
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,9 @@ class ChunkTask:
     base_path: str | None = None  # the base tensor's file, for programs coded against a base
     base_offset: int = 0  # where this chunk's reference starts in that file
     reference: bytes | None = None  # the reference itself, where the base is not a plain file
+    # (inode, size, mtime, ctime) of the source as the scan found it: the
+    # worker refuses to read another file, or one written since.
+    identity: tuple[int, int, int, int] | None = None
 
 
 @dataclass
@@ -99,14 +103,14 @@ def encode_repairing(program: Program, x: np.ndarray, t: Field,
     return Program(node, tuple(children)), streams
 
 
-def _read(path: str, offset: int, length: int, what: str) -> bytes:
-    return read_at(path, offset, length, what)  # one name for benchmarks/phases.py to wrap
+def _read(path: str, offset: int, length: int, what: str, identity=None) -> bytes:
+    return read_at(path, offset, length, what, identity)  # one name for benchmarks/phases.py to wrap
 
 
 def run_chunk(task: ChunkTask) -> ChunkOutput:
     """Read, checksum and encode one chunk (in any process)."""
     t = parse_value_type(task.value_type)
-    data = _read(task.path, task.offset, task.length, task.path)
+    data = _read(task.path, task.offset, task.length, task.path, task.identity)
     key = hashlib.sha256(data).digest() + task.value_type.encode()
     planned = parse_program(task.program)
     x = np.frombuffer(data, dtype=t.container)
@@ -116,8 +120,12 @@ def run_chunk(task: ChunkTask) -> ChunkOutput:
         if ref is None:
             ref = _read(task.base_path, task.base_offset, task.length, f"base {task.base_path}")
         reference = np.frombuffer(ref, dtype=t.container)
-    program, streams = encode_repairing(planned, x, t, reference)
-    if sum(map(len, streams)) > len(data):  # never larger than the data itself
+    if chunk_fits(planned, t, len(x)):
+        program, streams = encode_repairing(planned, x, t, reference)
+    else:  # readers would refuse it (dsl/memory.py): not worth encoding
+        program, streams = _plain()[0], [data]
+    if sum(map(len, streams)) > len(data) or not chunk_fits(program, t, len(x)):
+        # Never larger than the data itself, nor costlier to decode than readers accept (dsl/memory.py).
         program, streams = _plain()[0], [data]
     ran = None if program is planned or program == planned else json.dumps(program.to_json())
     return ChunkOutput(key, ran, streams, [zlib.crc32(s) for s in streams], os.getpid())
@@ -162,4 +170,4 @@ def run_chunks_shared(tasks: list[ChunkTask], owner: int) -> SharedBatch:
     """A batch whose streams go back through a file in shared memory, for
     workers on this machine: only the small outputs cross the pipe (see
     shared.py; `owner` is the receiver's pid)."""
-    return write_batch(run_chunks(tasks), owner)
+    return write_batch_or_keep(run_chunks(tasks), owner)

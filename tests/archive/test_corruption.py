@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import brevis
-from brevis.archive.format import FOOTER, FOOTER_SIZE, HEADER, HEADER_SIZE, Footer, index_digest
+from brevis.archive.format import FOOTER, FOOTER_SIZE, HEADER, HEADER_SIZE, VERSION, Footer, index_digest
 from brevis.archive.reader import ArchiveReader
 from brevis.errors import BrevisError, FormatError, TruncatedError, UnsupportedVersion
 from helpers import deadline, join, small_checkpoint, split, write_safetensors
@@ -147,7 +147,7 @@ def test_damaged_archive_decompresses_to_nothing(small, tmp_path):
 def test_newer_version_is_unsupported(small, tmp_path):
     _, _, data = small
     magic, version, flags, reserved = HEADER.unpack(data[:HEADER_SIZE])
-    for newer in (version + 1, 0xFFFF):
+    for newer in (VERSION + 1, 0xFFFF):  # VERSION: the newest this Brevis reads (2: with links)
         path = tmp_path / f"v{newer}.brv"
         path.write_bytes(HEADER.pack(magic, newer, flags, reserved) + data[HEADER_SIZE:])
         with pytest.raises(UnsupportedVersion, match="newer"):

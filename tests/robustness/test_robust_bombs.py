@@ -28,7 +28,7 @@ from brevis.archive.index import Chunk, FileEntry, Index, SegmentEntry
 from brevis.archive.reader import ArchiveReader
 from brevis.archive.writer import ArchiveWriter
 from brevis.dsl.program import Program
-from brevis.errors import FormatError
+from brevis.errors import BrevisError, FormatError
 from robust_util import join, run_measured, split
 
 MiB = 1 << 20
@@ -92,9 +92,12 @@ def test_inspect_of_a_declared_terabyte(terabyte):
     assert rss < BASELINE_KB + 100_000
 
 
-def test_chunk_over_the_limit_is_refused_before_decoding(tmp_path):
+def test_chunk_over_the_limit_is_refused_before_decoding(tmp_path, monkeypatch):
     stream = zstandard.ZstdCompressor().compress(bytes(1024))
     path = tmp_path / "big-chunk.brv"
+    with pytest.raises(BrevisError, match="readers would refuse it"):  # the writer checks first (issue 16)
+        bytes_archive(path, 64 * MiB + 1, 64 * MiB + 1, stream, bytes(16))
+    monkeypatch.setattr(ArchiveWriter, "_check_readable", lambda *a: None)  # as a hostile writer would
     bytes_archive(path, 64 * MiB + 1, 64 * MiB + 1, stream, bytes(16))
     with pytest.raises(FormatError, match="out of bounds"):
         ArchiveReader(path)
@@ -136,9 +139,10 @@ def test_lying_zstd_frame_header_costs_at_most_one_chunk(tmp_path):
 
 @pytest.mark.slow
 def test_index_of_one_gib_of_whitespace(tmp_path):
-    """The worst index within the rules: 1 GiB of JSON whitespace in a 35 KB
-    archive. It is refused (no 'files'), but reading it costs two copies of
-    the index (bytes, then text) and seconds of parsing. Measured, reported."""
+    """1 GiB of JSON whitespace in a 35 KB archive: it cost two copies of the
+    index (bytes, then text) and seconds of parsing before it was refused.
+    Refused from the footer now (issue 16): an index may declare 16 MiB of
+    JSON plus 8 bytes per byte of the archive."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "a").write_bytes(b"a")
@@ -153,6 +157,20 @@ def test_index_of_one_gib_of_whitespace(tmp_path):
     t = time.perf_counter()
     rc, out, err, rss = run_measured(["inspect", path])
     seconds = time.perf_counter() - t
-    assert rc == 3 and "files" in err, err
+    assert rc == 3 and "may hold" in err, err
     print(f"1 GiB whitespace index ({path.stat().st_size} bytes): refused in {seconds:.1f} s, peak RSS {rss / 1024:.0f} MiB")
-    assert rss < 3 * (1 << 20), f"{rss} KiB"  # the documented cost: about 2 x 1 GiB
+    assert rss < BASELINE_KB, f"{rss} KiB"
+
+
+def test_the_largest_index_a_small_archive_may_declare(tmp_path):
+    """16 MiB of JSON whitespace, the most a small archive may declare: read, parsed, refused (no 'files')."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a").write_bytes(b"a")
+    brevis.compress([src], tmp_path / "a.brv")
+    head, _ = split((tmp_path / "a.brv").read_bytes())
+    path = tmp_path / "whitespace.brv"
+    path.write_bytes(join(head, b" " * (fmt.FREE_INDEX_BYTES - 2) + b"{}"))
+    rc, out, err, rss = run_measured(["inspect", path])
+    assert rc == 3 and "lacks" in err, err
+    assert rss < BASELINE_KB + 2 * 16 * 1024, f"{rss} KiB"

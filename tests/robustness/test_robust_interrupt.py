@@ -270,7 +270,8 @@ def test_a_live_writers_temporary_is_never_removed(tmp_path):
     from brevis.archive.writer import ArchiveWriter
     from brevis.archive.index import Index
 
-    with ArchiveWriter(tmp_path / "x.brv") as first:
+    # force: without it, the first would refuse to replace what the second put in place (issue 16)
+    with ArchiveWriter(tmp_path / "x.brv", force=True) as first:
         old(first.tmp)
         assert remove_stale(tmp_path, "x.brv", time.time_ns()) == []
         with ArchiveWriter(tmp_path / "x.brv", force=True) as second:

@@ -61,9 +61,15 @@ def test_link_to_a_folder_inside_the_tree(tmp_path):
     (src / "real").mkdir(parents=True)
     (src / "real" / "w.bin").write_bytes(b"w")
     os.symlink("real", src / "again")
+    # Stored as a link (issue 15, item 3), never walked: no loop, no copy.
+    s = brevis.compress([src], tmp_path / "a.brv")
+    assert s["file_count"] == 1 and s["link_count"] == 1
+    brevis.decompress(tmp_path / "a.brv", tmp_path / "out")
+    assert os.readlink(tmp_path / "out" / "again") == "real"
+    # With dereference (every link followed) a link to a folder inside cannot be stored: refused.
     with pytest.raises(InvalidArgument, match="inside the source.*remove the link"):
-        brevis.compress([src], tmp_path / "a.brv")
-    assert not (tmp_path / "a.brv").exists()
+        brevis.compress([src], tmp_path / "b.brv", dereference=True)
+    assert not (tmp_path / "b.brv").exists()
 
 
 def test_link_to_a_folder_outside_the_tree(tmp_path):
@@ -71,8 +77,12 @@ def test_link_to_a_folder_outside_the_tree(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
     os.symlink(tmp_path / "other", src / "other")
-    with pytest.raises(InvalidArgument, match="pass .*other as a source"):
-        brevis.compress([src], tmp_path / "a.brv")
+    (src / "w.bin").write_bytes(b"w")
+    # Not followed, and no reason to stop the run: skipped, and the summary says why (issue 15, item 9).
+    s = brevis.compress([src], tmp_path / "a.brv")
+    assert [(k["path"], k["kind"]) for k in s["skipped"]] == [(str(src / "other"), "link")]
+    assert "outside the source" in s["skipped"][0]["reason"]
+    assert brevis.ls(tmp_path / "a.brv")["file_count"] == 1
 
 
 def test_link_loop_and_link_to_the_root(tmp_path):
