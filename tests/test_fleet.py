@@ -365,3 +365,23 @@ def test_dask_spreads_chunks_of_a_large_file(dask_engine, tmp_path):
     # Below split_bytes: one task, one process.
     s = brevis.compress_many([src], tmp_path / "out2", engine=dask_engine, effort=EFFORT)
     assert s["checkpoints"][0]["encode_processes"] == 1
+
+
+@needs_dask
+def test_a_taken_port_8787_is_not_reported_to_the_user():
+    """The local cluster's HTTP server wants port 8787; when something else
+    holds it, distributed warned "Port 8787 is already in use" (issue 15)."""
+    import socket
+    import warnings
+
+    with socket.socket() as holder:
+        try:
+            holder.bind(("", 8787))
+            holder.listen()
+        except OSError:
+            pass  # taken already: the situation under test
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with fleet.open_engine("dask", workers=1) as engine:
+                assert engine.workers == 1
+    assert not [w for w in caught if "already in use" in str(w.message)], [str(w.message) for w in caught]
