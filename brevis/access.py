@@ -191,7 +191,8 @@ def follow_links(index: Index, path: str) -> str:
 class Archive(Mapping):
     """A read-only mapping from tensor name to numpy array; see the module doc."""
 
-    def __init__(self, path: str | os.PathLike, *, ml_dtypes: bool | None = None, base=None):
+    def __init__(self, path: str | os.PathLike, *, ml_dtypes: bool | None = None, base=None,
+                 _index_only: bool = False):
         from .codec.chunks import ChunkDecoder
 
         self.path = Path(path)
@@ -199,7 +200,8 @@ class Archive(Mapping):
         self._reader: ArchiveReader | None = ArchiveReader(self.path)
         self.index = self._reader.index
         try:
-            self._decoder = ChunkDecoder(self._reader, base)  # checks the base, if the archive has one
+            # Checks the base, if the archive has one; listing needs no base (ls).
+            self._decoder = None if _index_only else ChunkDecoder(self._reader, base)
         except BaseException:
             self._reader.close()
             raise
@@ -474,7 +476,7 @@ def ls(archive: str | os.PathLike) -> dict:
     original_bytes, file_count, tensor_count, and files, each {path,
     original_bytes, format, stored_bytes, tensors: [{key, name, dtype, shape,
     original_bytes, stored_bytes}]}; links, each {path, target}."""
-    with Archive(archive, ml_dtypes=False) as a:
+    with Archive(archive, ml_dtypes=False, _index_only=True) as a:
         files = a.files()
         return {"archive": str(archive), "archive_bytes": a._open_reader().size,
                 "original_bytes": a.index.original_bytes, "file_count": len(files), "tensor_count": len(a),

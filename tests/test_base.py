@@ -61,6 +61,15 @@ def test_base_may_be_an_archive(pair):
     assert got.shape == want.shape and got.tobytes() == want.tobytes()
 
 
+def test_listing_needs_no_base(pair):
+    """ls and inspect read the index alone: an archive made against a base
+    lists without it (ls asked for --base; issue 15)."""
+    brevis.compress([pair / "tuned"], pair / "delta.brv", base=pair / "base")
+    listed = brevis.ls(pair / "delta.brv")
+    assert listed["tensor_count"] == 5 and listed["file_count"] == 2
+    assert brevis.inspect(pair / "delta.brv")["base_required"]
+
+
 def test_missing_or_wrong_base_is_refused(pair):
     brevis.compress([pair / "tuned"], pair / "delta.brv", base=pair / "base")
     with pytest.raises(InvalidArgument):
