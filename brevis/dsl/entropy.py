@@ -229,15 +229,13 @@ def _encode_block(values: np.ndarray, t: Field) -> bytes:
         first = np.array([b[0] for b in bins], dtype=np.int64)
         level = np.array([b[1] for b in bins], dtype=np.int64)
         counts = np.add.reduceat(key_counts, first)
-    # Each key's bin, by a table over the keys: the bins tile the
-    # occupied keys in increasing order.
-    starts = np.zeros(1 << key_bits, dtype=np.int32)
-    starts[first] = 1
-    table = (np.cumsum(starts) - 1).astype(np.uint16)
+    # Each key's bin: the bins tile the occupied keys in increasing order.
     if _rans is not None:
-        rank = np.frombuffer(_rans.ranks(values, width, shift, table), dtype=np.uint16)
+        rank = np.frombuffer(_rans.ranks(values, width, shift, first.astype(np.uint32)), dtype=np.uint16)
     else:
-        rank = table[values >> values.dtype.type(shift)]
+        starts = np.zeros(1 << key_bits, dtype=np.int32)
+        starts[first] = 1
+        rank = (np.cumsum(starts) - 1).astype(np.uint16)[values >> values.dtype.type(shift)]
     p = precision(n, len(first))
     freq = normalize(counts, p)
     cum = np.concatenate(([0], np.cumsum(freq)[:-1]))

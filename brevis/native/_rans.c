@@ -495,29 +495,42 @@ static PyObject *rans_histogram(PyObject *self, PyObject *args) {
     return result;
 }
 
-/* ranks(values, width, shift, table) -> uint16 bytes: table[value >> shift] */
+/* ranks(values, width, shift, firsts) -> uint16 bytes: each value's bin,
+ * the bins starting at the sorted keys `firsts` (uint32) and covering the
+ * keys up to the next start (the trie's bins tile the occupied keys). */
+static uint16_t rank_table[1 << 16];
+
 static PyObject *rans_ranks(PyObject *self, PyObject *args) {
-    PyObject *vo, *to;
+    PyObject *vo, *fo;
     int width, shift;
-    if (!PyArg_ParseTuple(args, "OiiO", &vo, &width, &shift, &to)) return NULL;
+    if (!PyArg_ParseTuple(args, "OiiO", &vo, &width, &shift, &fo)) return NULL;
     if ((width != 1 && width != 2 && width != 4) || shift < 0 || shift > 31) {
         PyErr_SetString(PyExc_ValueError, "bad ranks arguments");
         return NULL;
     }
     buf_t b[2] = {{0}};
-    if (take(vo, &b[0], 0, "values") < 0 || take(to, &b[1], 0, "table") < 0) { release(b, 2); return NULL; }
-    Py_ssize_t n = b[0].v.len / width, keys = b[1].v.len / 2;
+    if (take(vo, &b[0], 0, "values") < 0 || take(fo, &b[1], 0, "firsts") < 0) { release(b, 2); return NULL; }
+    Py_ssize_t n = b[0].v.len / width, bins = b[1].v.len / 4;
+    const uint32_t *firsts = b[1].v.buf;
+    if (bins < 1 || bins > (1 << 16)) { release(b, 2); PyErr_SetString(PyExc_ValueError, "bad bins"); return NULL; }
+    for (Py_ssize_t r = 0; r < bins; r++) {
+        uint32_t from = firsts[r], to = r + 1 < bins ? firsts[r + 1] : (1u << 16);
+        if (from >= (1u << 16) || to > (1u << 16) || to <= from) {
+            release(b, 2); PyErr_SetString(PyExc_ValueError, "bins out of order"); return NULL;
+        }
+        for (uint32_t k = from; k < to; k++) rank_table[k] = (uint16_t)r;
+    }
+    uint32_t low = firsts[0];
     PyObject *result = PyBytes_FromStringAndSize(NULL, n * 2);
     if (!result) { release(b, 2); return NULL; }
     uint16_t *out = (uint16_t *)PyBytes_AS_STRING(result);
-    const uint16_t *table = b[1].v.buf;
     const void *values = b[0].v.buf;
     int bad = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         uint32_t key = load(values, width, i) >> shift;
-        if ((Py_ssize_t)key >= keys) { bad = 1; break; }
-        out[i] = table[key];
+        if (key < low || key >= (1u << 16)) { bad = 1; break; }
+        out[i] = rank_table[key];
     }
     Py_END_ALLOW_THREADS
     release(b, 2);
@@ -597,10 +610,33 @@ done:
     return result;
 }
 
+/* counts(values, width) -> (sum of c * log2(c) over the distinct values, distinct)
+ * for values of at most 16 bits: the plug-in entropy's parts, with no
+ * 2^16 array per call (the search asks it of every sample value). */
+static PyObject *rans_counts(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    int width;
+    if (!PyArg_ParseTuple(args, "Oi", &obj, &width)) return NULL;
+    if (width != 1 && width != 2) { PyErr_SetString(PyExc_ValueError, "width must be 1 or 2"); return NULL; }
+    buf_t b[1] = {{0}};
+    if (take(obj, &b[0], 0, "values") < 0) return NULL;
+    Py_ssize_t n = b[0].v.len / width, d = 0;
+    const void *values = b[0].v.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint32_t key = width == 1 ? ((const uint8_t *)values)[i] : ((const uint16_t *)values)[i];
+        if (!key_counts[key]++) key_ids[d++] = key;
+    }
+    release(b, 1);
+    double sum = 0.0;
+    for (Py_ssize_t j = 0; j < d; j++) { sum += xlogx(key_counts[key_ids[j]]); key_counts[key_ids[j]] = 0; }
+    return Py_BuildValue("(dn)", sum, d);
+}
+
 static PyMethodDef methods[] = {
+    {"counts", rans_counts, METH_VARARGS, "counts(values, width) -> (sum c*log2(c), distinct)"},
     {"read_model", rans_read_model, METH_VARARGS, "read_model(block, key_bits) -> (P, firsts, levels, freqs, position, length)"},
     {"histogram", rans_histogram, METH_VARARGS, "histogram(values, width, shift, keys, block_log) -> int64 counts"},
-    {"ranks", rans_ranks, METH_VARARGS, "ranks(values, width, shift, table) -> uint16 ranks"},
+    {"ranks", rans_ranks, METH_VARARGS, "ranks(values, width, shift, firsts) -> uint16 ranks"},
     {"trie_values", rans_trie_values, METH_VARARGS, "trie_values(values, width, shift, key_bits, bin_cost, node_cost)"},
     {"trie", rans_trie, METH_VARARGS, "trie(counts, key_bits, bin_cost, node_cost) -> (codes, firsts, levels, cost)"},
     {"encode", rans_encode, METH_VARARGS, "encode(ranks, values, width, freq, cum, lower, obits, P) -> (rans, offsets)"},

@@ -275,7 +275,7 @@ class Planner:
             relative = _relative(learned.program, root, seg, scale)
             if relative is not None and relative <= learned.relative * REUSE_TOLERANCE:
                 estimate = relative * _entropy(root, scale)
-                if estimate > _plain(root, seg, scale):
+                if learned.program not in _plain_programs(seg.t) and estimate > _plain(root, seg, scale):
                     return None  # structure the learned program misses: search
                 return Plan(learned.program, {"search": SearchKind.LEARNED, "estimate": round(estimate)})
         return None
@@ -288,7 +288,9 @@ class Planner:
             return None
         # A sibling's program can miss structure this segment has (a constant
         # or upcast tensor in a family of dense ones): its entropy tells.
-        if estimate > root.entropy_bytes * scale * ENTROPY_SLACK + 64 or estimate > _plain(root, seg, scale):
+        if estimate > root.entropy_bytes * scale * ENTROPY_SLACK + 64:
+            return None
+        if family.program not in _plain_programs(seg.t) and estimate > _plain(root, seg, scale):
             return None
         return Plan(family.program, {"search": SearchKind.FAMILY, "estimate": round(estimate)})
 

@@ -16,6 +16,7 @@ import numpy as np
 from ..dsl import (Ans, Affine, BitFields, BytePlanes, Records, SubBase, XorBase, Constant, Delta, Field, FloatFields, LowZeroBits, PackBits,
                    Partition, Rank, Raw, RowDedup, Sparse, Tensor, Transpose, XorDelta, ZigZag, Zstd)
 from ..dsl.operator import Operator, Production
+from ..dsl.entropy import _rans
 from ..errors import ProgramError
 
 MAX_DEPTH = 6
@@ -83,6 +84,10 @@ class Value:
 
 def _entropy_bits(symbols: np.ndarray) -> float:
     """Order-0 entropy of a sample in bits, with the Miller-Madow small-sample correction."""
+    n = len(symbols)
+    if _rans is not None and symbols.dtype in (np.uint8, np.uint16):
+        total, distinct = _rans.counts(np.ascontiguousarray(symbols), symbols.itemsize)
+        return n * np.log2(n) - total + (distinct - 1) / (2 * np.log(2))
     counts = np.bincount(symbols)
     counts = counts[counts > 0].astype(np.float64)
     n = len(symbols)
