@@ -343,9 +343,9 @@ def _xlogx(top: int) -> np.ndarray:
 @register
 class Ans(Coder):
     """Binned rANS over fields of <= 32 bits; inverse: rANS decoding of the
-    bins with the stored model, plus each value's offset bits. Memory on
-    decode: the output, 2**P two-byte slots (128 KiB at most) and a few
-    words per bin (at most 65,536 bins)."""
+    bins with the stored model, plus each value's offset bits. Memory of
+    the inverse: at most 1 times its output, plus 2**P two-byte slots (128
+    KiB at most) and 16 bytes per bin (at most 65,536 bins)."""
 
     id = "ans"
     params: dict = {}
