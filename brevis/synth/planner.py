@@ -36,12 +36,14 @@ PLAIN = Program.leaf(Raw())  # never larger than the data
 TINY = 4096  # bytes: too small for a search to pay; raw or zstd, measured
 TINY_PROGRAM = Program.leaf(Zstd.at_level(3))
 TINY_ANS = Program.leaf(Ans())
-# Byte spans up to this size are coded with the best of these and the
-# searched program, measured on the whole span (zstd -19 runs at a few MB/s).
+# Byte spans are coded with the best of these and the searched program,
+# measured on the whole span up to this size, else on two windows of it
+# (zstd -19 runs at a few MB/s: only where it codes all of a span).
 WHOLE_TRIAL_BYTES = 1 << 20
 WHOLE_TRIAL_PROGRAMS = tuple(Program.leaf(z) for z in (Zstd.entropy(), Zstd.at_level(3), Zstd.at_level(9),
                                                        Zstd.at_level(19)))
 WHOLE_TRIAL_LEAST = (0, 0, 16 << 10, 64 << 10)  # bytes a span needs for each
+WHOLE_TRIAL_MOST = (1 << 62, 1 << 62, 1 << 62, WHOLE_TRIAL_BYTES)  # level 19 only where it codes all of a span
 REUSE_TOLERANCE = 1.02  # a sibling's program is kept if within 2 % of its cost on the sibling
 BYTES_PER_EXPANSION = 1024  # small segments get small search budgets
 ENTROPY_SLACK = 1.05  # ... and within 5 % of this segment's own order-0 entropy estimate
@@ -234,7 +236,7 @@ class Planner:
     def _plan(self, seg: SegmentInfo, family: _Family | None, leader: bool) -> Plan:
         plan = self._choose(seg, family, leader)
         if plan.program is not None and plan.stats.get("search") not in (SearchKind.TINY, SearchKind.NONE) \
-                and not isinstance(seg.t, Tensor) and not seg.records and seg.length <= WHOLE_TRIAL_BYTES:
+                and not isinstance(seg.t, Tensor) and not seg.records:
             return _measured(seg, plan.program, plan.stats)
         return plan
 
@@ -327,15 +329,25 @@ def _plain(root: Value, seg: SegmentInfo, scale: float) -> float:
 
 
 def _measured(seg: SegmentInfo, found: Program, stats: dict) -> Plan:
-    """A byte span's program by measurement on all of it: the one the
-    search found on the sample, or a zstd level. A sample shows a coder's
-    order-0 statistics but not the repeats a long window finds (strings,
-    tables, copies of arrays), which decide between levels."""
-    x = np.frombuffer(seg.read(0, seg.length), dtype=np.uint8)
+    """A byte span's program by measurement on all of it (up to 1 MiB), or
+    on two windows of 1 MiB, a chunk's worth each, at a third and two
+    thirds of a longer span: the one the search found on the sample, or a
+    zstd level. A sample shows a coder's order-0 statistics but not the
+    repeats a long window finds (strings, tables, copies of arrays, zero
+    runs), which decide between levels."""
+    if seg.length <= WHOLE_TRIAL_BYTES:
+        x = np.frombuffer(seg.read(0, seg.length), dtype=np.uint8)
+        scale = 1.0
+    else:
+        window = min(WHOLE_TRIAL_BYTES, seg.length // 2)
+        starts = [min(seg.length // 3, seg.length - 2 * window), max(window, 2 * seg.length // 3 - window)]
+        x = np.frombuffer(b"".join(seg.read(a, window) for a in starts), dtype=np.uint8)
+        scale = seg.length / len(x)
     best, best_size = found, None
     # The higher levels only on spans long enough for their window to pay
     # (a level-19 context costs milliseconds to set up).
-    trials = [p for p, least in zip(WHOLE_TRIAL_PROGRAMS, WHOLE_TRIAL_LEAST) if seg.length >= least]
+    trials = [p for p, least, most in zip(WHOLE_TRIAL_PROGRAMS, WHOLE_TRIAL_LEAST, WHOLE_TRIAL_MOST)
+              if least <= seg.length <= most]
     for program in [found] + trials:
         try:
             size = sum(len(b) for b in encode(program, x, seg.t))
@@ -343,7 +355,8 @@ def _measured(seg: SegmentInfo, found: Program, stats: dict) -> Plan:
             continue
         if best_size is None or size < best_size:
             best, best_size = program, size
-    return Plan(best, dict(stats, estimate=best_size), best_size)
+    estimate = None if best_size is None else round(best_size * scale)
+    return Plan(best, dict(stats, estimate=estimate), estimate)
 
 
 def _trial(root: Value, seg: SegmentInfo) -> tuple[Value, float]:
