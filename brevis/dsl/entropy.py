@@ -372,13 +372,15 @@ class Ans(Coder):
     def estimate(self, x, t):
         """The one-model size from the trie's own cost (entropy of the bins,
         offsets, model), without coding: the search asks this of thousands
-        of sample values. Blocks are not considered (a sample slice is
-        local already)."""
+        of sample values. A value long enough to take a model per block
+        (rarely a sample slice) is coded instead."""
         self.accepts(t)
         if not len(x) or _rans is None:
             return super().estimate(x, t)
         shift = max(0, t.bits - KEY_BITS)
         n, x = len(x), np.ascontiguousarray(x, dtype=f"<u{_width(t)}")
+        if choose_block(x, t):  # a model per block: measured by coding it (a sample slice is rarely this long)
+            return super().estimate(x, t)
         codes, _, levels, bits, _ = _rans.trie_values(x, _width(t), shift, t.bits - shift, BIN_COST, NODE_COST)
         model = (BIN_COST * len(levels) + NODE_COST * (len(codes) - len(levels))) / 8 + 4 * LANES + 4
         # The trie's cost counts offsets above the key; the shifted-out bits are raw.

@@ -311,7 +311,8 @@ static inline double xlogx(int64_t c) {
  * The trie of brevis/dsl/entropy.py's trie_of_counts, bottom-up over the
  * occupied nodes only (d keys in use: at most d nodes a level): codes one
  * byte each in pre-order, the bins' first keys (uint32) and levels (uint8). */
-/* Scratch for the tries (the GIL is held while they are used). */
+/* Scratch shared by every thread: used only while the GIL is held (every
+ * function that releases it works on its own buffers). */
 static int64_t key_counts[1 << 16];
 static uint32_t key_ids[1 << 16];
 static int64_t key_cnts[1 << 16];
@@ -526,13 +527,12 @@ static PyObject *rans_ranks(PyObject *self, PyObject *args) {
     uint16_t *out = (uint16_t *)PyBytes_AS_STRING(result);
     const void *values = b[0].v.buf;
     int bad = 0;
-    Py_BEGIN_ALLOW_THREADS
+    /* The GIL stays held: rank_table is shared by every thread. */
     for (Py_ssize_t i = 0; i < n; i++) {
         uint32_t key = load(values, width, i) >> shift;
         if (key < low || key >= (1u << 16)) { bad = 1; break; }
         out[i] = rank_table[key];
     }
-    Py_END_ALLOW_THREADS
     release(b, 2);
     if (bad) { Py_DECREF(result); PyErr_SetString(PyExc_ValueError, "a key is out of range"); return NULL; }
     return result;

@@ -29,6 +29,9 @@ CODERS = (Raw(), Zstd.entropy(), Zstd.at_level(3), Ans())
 # (fields, tensors found in the bytes) get it.
 BYTE_CODERS = (Raw(), Zstd.entropy(), Zstd.at_level(3), Zstd.at_level(9))
 NIBBLES = BitFields(groups=[[[4, 4]], [[0, 4]]])
+# Proposed only where a value's sample shows their structure: detectors
+# whose finding the search always tries (see Search.options).
+DETECTED = (Rank, Sparse, Constant, LowZeroBits, RowDedup, Affine)
 HALF_FIELDS = BitFields(groups=[[[10, 5]], [[15, 1], [0, 10]]])
 
 

@@ -31,7 +31,7 @@ from ..dsl.program import Program
 from ..dsl.interpreter import forward
 from ..errors import NotApplicable
 from .prior import Prior
-from .proposals import Value, child_row, coders_for, proposals
+from .proposals import DETECTED, Value, child_row, coders_for, proposals
 
 STREAM_INDEX_BYTES = 6  # what one stream location costs in the (compressed) index
 PRUNE_MAX_BYTES = 8 << 20  # the prior prunes productions only in searches of smaller segments
@@ -110,8 +110,12 @@ class Search:
         # sample did not show; on large segments the bytes at stake outweigh it.
         prune = self.prior.informed(ctx) and self.segment_bytes < PRUNE_MAX_BYTES
         likeliest = max(probs.values())
+        # Never pruned: coders, and the productions proposed only where the
+        # sample shows their structure (few values, a dominant value, dead
+        # low bits, repeated rows, a progression): a prior learned on other
+        # tensors has not seen that structure, so it cannot judge it.
         out = [(p, Prior.bits(probs[p.id] / share[p.id]) / 8) for p in props
-               if not prune or isinstance(p, Coder) or Prior.keep(probs[p.id], likeliest)]
+               if not prune or isinstance(p, Coder) or isinstance(p, DETECTED) or Prior.keep(probs[p.id], likeliest)]
         if not any(isinstance(p, Coder) for p, _ in out):  # a value must always be closable
             best = max((p for p in props if isinstance(p, Coder)), key=lambda c: probs[c.id])
             out.append((best, Prior.bits(probs[best.id] / share[best.id]) / 8))
