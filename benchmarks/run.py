@@ -1,13 +1,18 @@
 """Benchmark Brevis against general and model-specific compressors.
 
-    python benchmarks/run.py [CORPUS] [--items a,b] [--codecs c,d] [--threads N] [--out DIR]
+    python benchmarks/run.py [CORPUS | --corpus PATH] [--items a,b] [--codecs c,d|all] [--modes m,n]
+                             [--threads N] [--out DIR] [--tmp DISK_DIR] [--tmpfs TMPFS_DIR]
 
 CORPUS is a folder with one subfolder per item (default ~/.cache/brevis-corpus,
 built by fetch-corpus.sh). An item's files are those its MANIFEST.json entry
 lists, or else the regular files at its top level except SOURCE.json and
-hidden ones. Every codec run is a separate process; every output is
+hidden ones. Each codec is timed in up to four passes (--modes): in memory
+(codec calls only), file to file with outputs on tmpfs, file to file on
+disk, and in memory on one thread for CPU seconds per GB. Every compression
+and decompression is a separate process; every pass's output is
 decompressed and compared with the original by SHA-256. Writes latest.md,
 latest.json and plot.png to DIR. Exits 1 if any round trip failed.
+Details: benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ if __name__ == "__main__":  # run as a script: import this folder as the package
     sys.path[0] = str(ROOT)
 
 from benchmarks import report  # noqa: E402
-from benchmarks.codecs import BY_NAME, Codec  # noqa: E402
+from benchmarks.codecs import BY_NAME, DEFAULT, SLOW, Codec  # noqa: E402
 from benchmarks.entropy import file_dtypes, file_entropy  # noqa: E402
 
 DEFAULT_CORPUS = Path.home() / ".cache" / "brevis-corpus"
@@ -63,7 +68,8 @@ def load_items(corpus: Path, wanted: list[str] | None) -> list[dict]:
         if name in manifest:
             entries = manifest[name]["files"]
             files = [corpus / e["file"] for e in entries]
-            dtypes = [{k: v["bytes"] for k, v in e.get("dtypes", {}).items()} for e in entries]
+            dtypes = [{k: v["bytes"] for k, v in e.get("dtypes", {}).items()} or file_dtypes(f)
+                      for e, f in zip(entries, files)]
         else:
             files = sorted(p for p in folder.iterdir()
                            if p.is_file() and p.name not in SKIP_FILES and not p.name.startswith("."))
@@ -100,46 +106,118 @@ def tree_bytes(folder: Path) -> int:
 
 # ---------------------------------------------------------------- one codec run
 
-def run_worker(job: dict, scratch: Path) -> tuple[float, float]:
-    """Run one job in a fresh process: (seconds, peak RSS in MiB)."""
+# The timed passes, each a compression and a decompression in worker
+# processes: (name, the worker's mode, threads: None = --threads, where).
+MODES = {
+    "memory": ("memory", None, "tmpfs"),  # codec calls only, input and output in memory
+    "tmpfs": ("file", None, "tmpfs"),     # file to file, outputs on tmpfs
+    "disk": ("file", None, "disk"),       # file to file, outputs on disk
+    "cpu": ("memory", 1, "tmpfs"),        # in memory on one thread: CPU seconds per GB
+}
+
+
+def run_worker(job: dict, scratch: Path) -> dict:
+    """Run one job in a fresh process: the worker's report (seconds, cpu_s, peak_mib, ...)."""
     jobfile = scratch / "job.json"
     jobfile.write_text(json.dumps(job))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     p = subprocess.run([sys.executable, "-m", "benchmarks.worker", str(jobfile)],
                        cwd=ROOT, env=env, capture_output=True, text=True)
     if p.returncode != 0:
-        raise WorkerError(f"{job['codec']} {job['action']} exited {p.returncode}: {p.stderr.strip()[-2000:]}")
-    out = json.loads(p.stdout.strip().splitlines()[-1])
-    return out["seconds"], out["peak_mib"]
+        raise WorkerError(f"{job['codec']} {job['action']} ({job.get('mode', 'file')}) exited {p.returncode}: "
+                          f"{p.stderr.strip()[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def bench_codec(codec: Codec, item: dict, hashes: list[str], threads: int, scratch: Path) -> dict:
+def clear(path: Path) -> None:
+    """Remove a scratch folder, or a file a codec left in its place."""
+    if path.is_file() or path.is_symlink():
+        path.unlink()
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def bench_codec(codec: Codec, item: dict, hashes: list[str], threads: int, places: dict[str, Path],
+                modes: list[str], repeat: int = 1) -> dict:
+    """Every pass of `modes` for one codec on one item; each output checked
+    against `hashes`. With repeat > 1, each compression and decompression
+    runs that many times: the least seconds, CPU seconds and peak are kept
+    (each its own minimum)."""
     why = codec.unsupported(item["files"], item["dtypes"])
     if why:
         return {"status": "unsupported", "note": why}
-    work, out = scratch / "work", scratch / "out"
-    for d in (work, out):
-        shutil.rmtree(d, ignore_errors=True)
-    work.mkdir()
-    job = {"codec": codec.name, "threads": threads, "files": [str(f) for f in item["files"]],
-           "names": item["names"], "dtypes": item["dtypes"], "work": str(work), "out": str(out)}
     original = sum(f.stat().st_size for f in item["files"])
-    try:
-        c_s, c_mem = run_worker(dict(job, action="compress"), scratch)
-        stored = tree_bytes(work)
-        d_s, d_mem = run_worker(dict(job, action="decompress"), scratch)
-        bad = [n for n, h in zip(item["names"], hashes) if not (out / n).is_file() or sha256(out / n) != h]
-        if bad:
-            raise WorkerError(f"decompressed output differs from the input: {', '.join(bad)}")
-    except WorkerError as e:
-        return {"status": "FAILED", "note": str(e)}
-    finally:
-        for d in (work, out):
-            shutil.rmtree(d, ignore_errors=True)
-    return {"status": "ok", "original_bytes": original, "compressed_bytes": stored,
-            "ratio": stored / original, "compress_s": c_s, "decompress_s": d_s,
-            "compress_mb_s": original / c_s / 1e6, "decompress_mb_s": original / d_s / 1e6,
-            "compress_peak_mib": c_mem, "decompress_peak_mib": d_mem}
+    runs: dict[str, dict] = {}
+    checked_by = set()
+    for mode in modes:
+        kind, mode_threads, where = MODES[mode]
+        mode_threads = mode_threads or threads
+        if mode == "cpu" and threads == 1 and "memory" in runs:  # the same pass
+            runs["cpu"] = dict(runs["memory"], same_as="memory")
+            continue
+        work, out = places[where] / "work", places[where] / "out"
+        job = {"codec": codec.name, "mode": kind, "threads": mode_threads, "files": [str(f) for f in item["files"]],
+               "names": item["names"], "dtypes": item["dtypes"], "work": str(work), "out": str(out)}
+        try:
+            cs, ds = [], []
+            for _ in range(repeat):  # best of `repeat`: each compression replaces the last one's output
+                clear(work)
+                work.mkdir()
+                cs.append(run_worker(dict(job, action="compress"), places["tmpfs"]))
+            stored = tree_bytes(work)
+            for _ in range(repeat):
+                clear(out)
+                ds.append(run_worker(dict(job, action="decompress"), places["tmpfs"]))
+                if kind == "file":
+                    got = [sha256(out / n) if (out / n).is_file() else None for n in item["names"]]
+                else:
+                    got = ds[-1].get("hashes")
+                if got is None:  # Brevis decoded in worker processes: its checksums checked every chunk
+                    checked_by.add("checksums")
+                else:
+                    bad = [n for n, h, g in zip(item["names"], hashes, got) if g != h]
+                    if bad:
+                        raise WorkerError(f"{mode}: decompressed output differs from the input: {', '.join(bad)}")
+                    checked_by.add("sha256")
+        except WorkerError as e:
+            return {"status": "FAILED", "note": str(e)}
+        finally:
+            for d_ in (work, out):
+                clear(d_)
+        c = {k: min(r[k] for r in cs) for k in ("seconds", "cpu_s", "peak_mib")}
+        d = {k: min(r[k] for r in ds) for k in ("seconds", "cpu_s", "peak_mib")}
+        runs[mode] = {"threads": mode_threads, "compressed_bytes": stored,
+                      "compress_s": c["seconds"], "decompress_s": d["seconds"],
+                      "compress_cpu_s": c["cpu_s"], "decompress_cpu_s": d["cpu_s"],
+                      "compress_peak_mib": c["peak_mib"], "decompress_peak_mib": d["peak_mib"]}
+    # The size: of the file-to-file output where there is one (the in-memory
+    # form is the same bytes, or zstd's one-shot frame instead of its stream).
+    ref = next(runs[m] for m in ("disk", "tmpfs", "memory", "cpu") if m in runs)
+    r = {"status": "ok", "original_bytes": original, "compressed_bytes": ref["compressed_bytes"],
+         "ratio": ref["compressed_bytes"] / original, "checked_by": sorted(checked_by), "runs": runs}
+    r.update(flat(runs, original))
+    return r
+
+
+def flat(runs: dict[str, dict], original: int) -> dict:
+    """The figures the tables show, from the passes: MB/s per pass, CPU s/GB
+    on one thread, peaks; compress_mb_s / decompress_mb_s and the peaks
+    without a suffix: file to file on disk (else tmpfs), as before."""
+    out = {}
+    for mode, run in runs.items():
+        for what in ("compress", "decompress"):
+            s = run[f"{what}_s"]
+            out[f"{what}_mb_s_{mode}"] = original / s / 1e6 if s > 0 else None
+            out[f"{what}_peak_mib_{mode}"] = run[f"{what}_peak_mib"]
+    if "cpu" in runs:
+        for what in ("compress", "decompress"):
+            out[f"{what}_cpu_s_per_gb"] = runs["cpu"][f"{what}_cpu_s"] / original * 1e9 if original else None
+    file_mode = next((m for m in ("disk", "tmpfs") if m in runs), None)
+    if file_mode:
+        for what in ("compress", "decompress"):
+            out[f"{what}_s"] = runs[file_mode][f"{what}_s"]
+            out[f"{what}_mb_s"] = out[f"{what}_mb_s_{file_mode}"]
+            out[f"{what}_peak_mib"] = runs[file_mode][f"{what}_peak_mib"]
+    return out
 
 
 # ---------------------------------------------------------------- the whole run
@@ -151,32 +229,79 @@ def overall(items: list[dict], codec: str, only: list[dict] | None = None) -> di
     out = {"items": len(ok), "of": len(runs), "failed": sum(r["status"] == "FAILED" for r in runs)}
     if only is None and 0 < len(ok) < len(runs):  # the others on the same items, to compare like with like
         same = [it for it in items if it["results"][codec]["status"] == "ok"]
-        out["same_items"] = {c: overall(items, c, same).get("ratio") for c in items[0]["results"]}
+        keys = ("ratio", "compress_mb_s_memory", "decompress_mb_s_memory", "decompress_mb_s_disk")
+        out["same_items"] = {c: {k: v for k, v in overall(items, c, same).items() if k in keys}
+                             for c in items[0]["results"]}
     if ok:
         orig = sum(r["original_bytes"] for r in ok)
         out.update({
             "original_bytes": orig,
             "compressed_bytes": sum(r["compressed_bytes"] for r in ok),
             "ratio": sum(r["compressed_bytes"] for r in ok) / orig,
-            "compress_mb_s": orig / sum(r["compress_s"] for r in ok) / 1e6,
-            "decompress_mb_s": orig / sum(r["decompress_s"] for r in ok) / 1e6,
-            "compress_peak_mib": max(r["compress_peak_mib"] for r in ok),
-            "decompress_peak_mib": max(r["decompress_peak_mib"] for r in ok),
         })
+        for mode in MODES:
+            if not all(mode in r["runs"] for r in ok):
+                continue
+            for what in ("compress", "decompress"):
+                s = sum(r["runs"][mode][f"{what}_s"] for r in ok)
+                out[f"{what}_mb_s_{mode}"] = orig / s / 1e6 if s > 0 else None
+                out[f"{what}_peak_mib_{mode}"] = max(r["runs"][mode][f"{what}_peak_mib"] for r in ok)
+                if mode == "cpu":
+                    out[f"{what}_cpu_s_per_gb"] = sum(r["runs"][mode][f"{what}_cpu_s"] for r in ok) / orig * 1e9
+        file_mode = next((m for m in ("disk", "tmpfs") if f"compress_mb_s_{m}" in out), None)
+        if file_mode:
+            for what in ("compress", "decompress"):
+                out[f"{what}_mb_s"] = out[f"{what}_mb_s_{file_mode}"]
+                out[f"{what}_peak_mib"] = out[f"{what}_peak_mib_{file_mode}"]
     return out
+
+
+def fs_type(path: Path) -> str:
+    """The file system a folder is on (Linux: from /proc/mounts), or '?'."""
+    try:
+        target, best = str(path.resolve()), ("", "?")
+        for line in Path("/proc/mounts").read_text().splitlines():
+            _, mount, kind, *_ = line.split()
+            mount = mount.replace("\\040", " ")
+            if (target == mount or target.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best[0]):
+                best = (mount, kind)
+        return best[1]
+    except OSError:
+        return "?"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("corpus", nargs="?", type=Path, default=DEFAULT_CORPUS)
+    ap.add_argument("corpus", nargs="?", type=Path, default=None)
+    ap.add_argument("--corpus", dest="corpus_opt", type=Path, metavar="PATH",
+                    help=f"the corpus folder, as the positional argument (default {DEFAULT_CORPUS}; "
+                         "fetch-own-corpus.sh builds ~/.cache/brevis-own-corpus)")
     ap.add_argument("--items", help="comma-separated item names (default: all)")
-    ap.add_argument("--codecs", help=f"comma-separated, from {','.join(BY_NAME)} (default: all)")
+    ap.add_argument("--codecs", help=f"comma-separated, from {','.join(BY_NAME)}, or 'all' "
+                                     f"(default: all but the slow {', '.join(sorted(SLOW))})")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help=f"the timed passes, comma-separated, from {','.join(MODES)} (default: all)")
     ap.add_argument("--threads", type=int, default=threads_available())
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run each compression and decompression this many times, keep the best (default 1)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
-    ap.add_argument("--tmp", type=Path, default=None, help="scratch folder (default: the system's)")
+    ap.add_argument("--tmp", type=Path, default=None,
+                    help="scratch folder on disk: the 'disk' pass's outputs (default: the system's)")
+    ap.add_argument("--tmpfs", type=Path, default=Path("/dev/shm"),
+                    help="a folder on tmpfs: the 'memory', 'tmpfs' and 'cpu' passes' outputs (default /dev/shm)")
     args = ap.parse_args(argv)
+    if args.corpus and args.corpus_opt and args.corpus != args.corpus_opt:
+        ap.error("give the corpus once: as CORPUS or as --corpus")
+    args.corpus = args.corpus_opt or args.corpus or DEFAULT_CORPUS
+    modes = [m for m in args.modes.split(",") if m]
+    if not modes or any(m not in MODES for m in modes):
+        ap.error(f"--modes: from {','.join(MODES)}")
+    modes = [m for m in MODES if m in modes]  # in their order: cpu reuses memory's pass at one thread
 
-    wanted = [c for c in args.codecs.split(",") if c] if args.codecs else list(BY_NAME)
+    if args.codecs == "all":
+        wanted = list(BY_NAME)
+    else:
+        wanted = [c for c in args.codecs.split(",") if c] if args.codecs else list(DEFAULT)
     unknown = [c for c in wanted if c not in BY_NAME]
     if unknown:
         raise SystemExit(f"unknown codec(s): {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
@@ -192,7 +317,16 @@ def main(argv: list[str] | None = None) -> int:
             codecs.append(c)
 
     args.out.mkdir(parents=True, exist_ok=True)
+    if not args.tmpfs.is_dir():
+        raise SystemExit(f"--tmpfs {args.tmpfs}: no such folder")
     scratch = Path(tempfile.mkdtemp(prefix="brevis-bench-", dir=args.tmp))
+    shm = Path(tempfile.mkdtemp(prefix="brevis-bench-", dir=args.tmpfs))
+    places = {"disk": scratch, "tmpfs": shm}
+    filesystems = {k: fs_type(v) for k, v in places.items()}
+    if filesystems["tmpfs"] != "tmpfs":
+        log(f"warning: --tmpfs {args.tmpfs} is on {filesystems['tmpfs']}, not tmpfs")
+    if filesystems["disk"] in ("tmpfs", "ramfs"):
+        log(f"warning: the disk pass writes to {scratch}, on {filesystems['disk']}: give --tmp a folder on disk")
     failures = []
     loads = [os.getloadavg()[0]]  # sampled before every codec run
     try:
@@ -200,8 +334,8 @@ def main(argv: list[str] | None = None) -> int:
         for c in codecs:
             try:
                 baseline[c.name] = run_worker({"codec": c.name, "action": "idle", "threads": args.threads,
-                                               "files": [], "names": [], "dtypes": [], "work": str(scratch),
-                                               "out": ""}, scratch)[1]
+                                               "files": [], "names": [], "dtypes": [], "work": str(shm),
+                                               "out": ""}, shm)["peak_mib"]
             except WorkerError as e:
                 baseline[c.name] = None
                 log(f"{c.name}: idle run failed: {e}")
@@ -216,18 +350,21 @@ def main(argv: list[str] | None = None) -> int:
             log(f"{item['name']}: {orig / 1e6:.1f} MB, order-0 per-field entropy {item['entropy_ratio']:.4f}")
             for c in codecs:
                 loads.append(os.getloadavg()[0])
-                r = bench_codec(c, item, hashes, args.threads, scratch)
+                r = bench_codec(c, item, hashes, args.threads, places, modes, max(1, args.repeat))
                 item["results"][c.name] = r
                 if r["status"] == "ok":
-                    log(f"  {c.name:10} ratio {r['ratio']:.4f}  c {r['compress_mb_s']:8.1f} MB/s  "
-                        f"d {r['decompress_mb_s']:8.1f} MB/s  peak {r['compress_peak_mib']:.0f}/"
-                        f"{r['decompress_peak_mib']:.0f} MiB")
+                    log(f"  {c.name:10} ratio {r['ratio']:.4f}  " + "  ".join(
+                        f"{m} c/d {r[f'compress_mb_s_{m}']:.1f}/{r[f'decompress_mb_s_{m}']:.1f}"
+                        for m in modes if m != "cpu") +
+                        (f"  cpu s/GB c/d {r['compress_cpu_s_per_gb']:.2f}/{r['decompress_cpu_s_per_gb']:.2f}"
+                         if "cpu" in modes else ""))
                 else:
                     log(f"  {c.name:10} {r['status']}: {r['note']}")
                     if r["status"] == "FAILED":
                         failures.append(f"{item['name']} / {c.name}: {r['note']}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(shm, ignore_errors=True)
 
     total = sum(it["original_bytes"] for it in items)
     result = {
@@ -236,9 +373,14 @@ def main(argv: list[str] | None = None) -> int:
                     "loadavg_1min": {"min": round(min(loads), 2), "mean": round(sum(loads) / len(loads), 2),
                                      "max": round(max(loads), 2)}},
         "threads": args.threads,
+        "modes": modes,
+        "repeat": max(1, args.repeat),
+        "filesystems": {"tmpfs": f"{args.tmpfs} ({filesystems['tmpfs']})",
+                        "disk": f"{scratch.parent} ({filesystems['disk']})"},
         "brevis_revision": revision(),
         "corpus": str(args.corpus),
-        "codecs": [{"name": c.name, "label": c.label, "baseline_peak_mib": baseline.get(c.name)} for c in codecs],
+        "codecs": [{"name": c.name, "label": c.label, "threads_note": c.threads_note,
+                    "baseline_peak_mib": baseline.get(c.name)} for c in codecs],
         "skipped": skipped,
         "items": [{k: (v if k != "files" else [str(f) for f in v]) for k, v in it.items()} for it in items],
         "overall": {c.name: overall(items, c.name) for c in codecs},

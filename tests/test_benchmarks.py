@@ -6,13 +6,19 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from safetensors.numpy import save_file
 
 ROOT = Path(__file__).resolve().parent.parent
 CODECS = ["brevis", "zstd-3", "zstd-19", "gzip-9", "xz-6"]  # stdlib, brevis and zstd: no torch needed
+MODES = ["memory", "tmpfs", "disk", "cpu"]
 
 
-def test_harness_round_trips_every_codec(tmp_path):
+def tmpfs_or(tmp_path) -> str:
+    return "/dev/shm" if Path("/dev/shm").is_dir() else str(tmp_path)
+
+
+def tiny_corpus(tmp_path) -> Path:
     item = tmp_path / "corpus" / "tiny"
     item.mkdir(parents=True)
     rng = np.random.default_rng(0)
@@ -21,15 +27,20 @@ def test_harness_round_trips_every_codec(tmp_path):
                "q": rng.integers(-128, 128, 1000, dtype=np.int8)}, str(item / "model.safetensors"))
     (item / "config.json").write_text('{"hidden": 96}\n')
     (item / "SOURCE.json").write_text("{}\n")  # not part of the item
+    return tmp_path / "corpus"
+
+
+def test_harness_round_trips_every_codec(tmp_path):
+    corpus = tiny_corpus(tmp_path)
     out = tmp_path / "results"
 
-    p = subprocess.run([sys.executable, "benchmarks/run.py", str(tmp_path / "corpus"), "--codecs", ",".join(CODECS),
-                        "--threads", "2", "--out", str(out), "--tmp", str(tmp_path)],
+    p = subprocess.run([sys.executable, "benchmarks/run.py", str(corpus), "--codecs", ",".join(CODECS),
+                        "--threads", "2", "--out", str(out), "--tmp", str(tmp_path), "--tmpfs", tmpfs_or(tmp_path)],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
 
     res = json.loads((out / "latest.json").read_text())
-    assert [c["name"] for c in res["codecs"]] == CODECS
+    assert [c["name"] for c in res["codecs"]] == CODECS and res["modes"] == MODES
     assert res["failures"] == [] and res["skipped"] == {}
     [it] = res["items"]
     assert it["name"] == "tiny" and sorted(Path(f).name for f in it["files"]) == ["config.json", "model.safetensors"]
@@ -38,11 +49,75 @@ def test_harness_round_trips_every_codec(tmp_path):
         assert r["status"] == "ok", (name, r)
         assert 0 < r["ratio"] < 1.1 and r["compress_mb_s"] > 0 and r["decompress_mb_s"] > 0
         assert r["compress_peak_mib"] > 1 and r["decompress_peak_mib"] > 1
-        assert res["overall"][name]["items"] == 1
+        assert set(r["runs"]) == set(MODES) and r["checked_by"] == ["sha256"]
+        assert r["runs"]["cpu"]["threads"] == 1 and r["runs"]["memory"]["threads"] == 2
+        for mode in ("memory", "tmpfs", "disk"):
+            assert r[f"compress_mb_s_{mode}"] > 0 and r[f"decompress_mb_s_{mode}"] > 0
+        assert r["compress_cpu_s_per_gb"] > 0 and r["decompress_cpu_s_per_gb"] > 0
+        # The file-to-file figures without a suffix are those on disk, as before.
+        assert r["compress_mb_s"] == r["compress_mb_s_disk"]
+        o = res["overall"][name]
+        assert o["items"] == 1 and o["compress_mb_s_memory"] > 0 and o["decompress_cpu_s_per_gb"] > 0
     # The float tensors' fields are counted separately: random normals leave the
     # low mantissa bytes nearly 8 bits each, but the exponents far below.
     assert 0.5 < it["entropy_ratio"] < 1.0 and it["float_tensor_bytes"] == 64 * 96 * 4 + 500 * 2
-    assert "| brevis" in (out / "latest.md").read_text().lower()
+    md = (out / "latest.md").read_text()
+    assert "| brevis" in md.lower() and "| c MB/s mem | c MB/s tmpfs | c MB/s disk | d MB/s mem |" in md
+    assert "CPU seconds per GB, one thread" in md
+
+
+def test_harness_one_thread_reuses_the_in_memory_pass(tmp_path):
+    corpus = tiny_corpus(tmp_path)
+    out = tmp_path / "results"
+    p = subprocess.run([sys.executable, "benchmarks/run.py", "--corpus", str(corpus), "--codecs", "brevis,zstd-3",
+                        "--modes", "cpu,memory", "--threads", "1", "--out", str(out), "--tmpfs", tmpfs_or(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    res = json.loads((out / "latest.json").read_text())
+    assert res["modes"] == ["memory", "cpu"]
+    for r in res["items"][0]["results"].values():
+        assert r["runs"]["cpu"]["same_as"] == "memory" and r["compress_cpu_s_per_gb"] > 0
+        assert "compress_mb_s" not in r  # no file-to-file pass
+    assert "c MB/s disk" not in (out / "latest.md").read_text()
+
+
+@pytest.mark.parametrize("name", ["zstd-3", "gzip-9", "xz-6", "brotli-9", "lz4", "zipnn", "pcodec-8", "blosc2"])
+def test_peer_round_trips_in_memory_and_file_to_file(tmp_path, monkeypatch, name):
+    """Each peer, in this process: in memory and file to file, with an odd
+    length, a tensor at an unaligned offset and an empty file."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks.codecs import BY_NAME
+
+    codec = BY_NAME[name]
+    if codec.available():
+        pytest.skip(codec.available())
+    rng = np.random.default_rng(1)
+    files = [tmp_path / "a.safetensors", tmp_path / "b.bin", tmp_path / "c.bin"]
+    save_file({"w": (rng.standard_normal((40, 50)) * 0.02).astype(np.float32),
+               "z": rng.standard_normal(333).astype(np.float16)}, str(files[0]))
+    files[1].write_bytes(files[0].read_bytes()[:-1])  # opaque to the parsers: odd length
+    files[2].write_bytes(b"")
+    dtypes = [{"F32": 8000, "F16": 666}, {"F32": 8000}, {"F32": 0}]
+    if codec.unsupported(files, dtypes):
+        files, dtypes = files[:2], dtypes[:2]
+    names = [f.name for f in files]
+    originals = [f.read_bytes() for f in files]
+    codec.begin(2)
+    metas = codec.prepare(files, dtypes)
+
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir()
+    out.mkdir()
+    codec.compress(files, names, metas, work, 2)
+    codec.decompress(work, names, out, 2)
+    assert [(out / n).read_bytes() for n in names] == originals
+
+    mem = tmp_path / "mem"
+    mem.mkdir()
+    kept = codec.compress_memory(files, [bytearray(b) for b in originals], names, metas, mem, 2)
+    codec.save(kept, names, mem)
+    back = codec.decompress_memory(codec.load(mem, names), names, 2)
+    assert [b"".join(bytes(memoryview(p).cast("B")) for p in parts) for parts in back] == originals
 
 
 def test_float_fields_cover_every_bit(monkeypatch):
