@@ -10,6 +10,8 @@ parse becomes one byte segment.
 
 from __future__ import annotations
 
+import os
+
 import math
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -65,11 +67,17 @@ def fill_gaps(tensors: list[Segment], start: int, size: int) -> list[Segment]:
     return out
 
 
+def parsers_enabled() -> bool:
+    """False where BREVIS_PARSERS=off: every file is then cut as no parser
+    knew it (the test of how far discovery alone goes, issue 13)."""
+    return os.environ.get("BREVIS_PARSERS", "on").lower() not in ("off", "0", "no")
+
+
 def layout(f: BinaryIO, size: int, name: str) -> tuple[str, list[Segment]]:
     """The format's name and the segments of a file; opaque if nothing parses."""
-    from . import gguf, onnx, pytorch, safetensors
+    from . import discovery, gguf, onnx, pytorch, safetensors
 
-    for fmt in (safetensors, gguf, pytorch, onnx):
+    for fmt in (safetensors, gguf, pytorch, onnx) if parsers_enabled() else ():
         if fmt.detect(f, size, name):
             try:
                 segments = fmt.parse(f, size)
@@ -78,7 +86,7 @@ def layout(f: BinaryIO, size: int, name: str) -> tuple[str, list[Segment]]:
             if all(readable(s) for s in segments):
                 return fmt.NAME, segments
             break  # a tensor an archive reader would refuse: the whole file as bytes
-    return "bytes", opaque(size)
+    return "bytes", discovery.cut(f, size)
 
 
 def readable(seg: Segment) -> bool:

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from ..archive.schema import SearchKind
-from ..dsl import Ans, BitFields, Raw, Zstd
+from ..dsl import Ans, BitFields, Raw, Records, Zstd
 from ..dsl.interpreter import encode, estimate
 from ..dsl.program import Program
 from ..dsl.types import Field, Tensor
@@ -42,6 +42,12 @@ TINY_ANS = Program.leaf(Ans())
 WHOLE_TRIAL_BYTES = 1 << 20
 WHOLE_TRIAL_PROGRAMS = tuple(Program.leaf(z) for z in (Zstd.entropy(), Zstd.at_level(3), Zstd.at_level(9),
                                                        Zstd.at_level(19)))
+# ... and the bytes read as 2- or 4-byte words, their joint statistics
+# coded by ans (numbers in a format no parser knows; a shortcut taken on the
+# sample may have missed them).
+WORD_TRIALS = (Program.op(Records(fields=[[1, 2]]), TINY_ANS),
+               Program.op(Records(fields=[[1, 4]]),
+                          Program.op(BitFields(groups=[[[16, 16]], [[0, 16]]]), TINY_ANS, TINY_ANS)))
 WHOLE_TRIAL_LEAST = (0, 0, 16 << 10, 64 << 10)  # bytes a span needs for each
 WHOLE_TRIAL_MOST = (1 << 62, 1 << 62, 1 << 62, WHOLE_TRIAL_BYTES)  # level 19 only where it codes all of a span
 REUSE_TOLERANCE = 1.02  # a sibling's program is kept if within 2 % of its cost on the sibling
@@ -330,27 +336,26 @@ def _plain(root: Value, seg: SegmentInfo, scale: float) -> float:
 
 def _measured(seg: SegmentInfo, found: Program, stats: dict) -> Plan:
     """A byte span's program by measurement on all of it (up to 1 MiB), or
-    on two windows of 1 MiB, a chunk's worth each, at a third and two
-    thirds of a longer span: the one the search found on the sample, or a
-    zstd level. A sample shows a coder's order-0 statistics but not the
+    on two windows of up to 1 MiB (a chunk's worth), centred at a third and
+    two thirds of a longer span and coded apart: the one the search found
+    on the sample, a zstd level, or the bytes read as words. A sample shows a coder's order-0 statistics but not the
     repeats a long window finds (strings, tables, copies of arrays, zero
     runs), which decide between levels."""
     if seg.length <= WHOLE_TRIAL_BYTES:
-        x = np.frombuffer(seg.read(0, seg.length), dtype=np.uint8)
-        scale = 1.0
-    else:
-        window = min(WHOLE_TRIAL_BYTES, seg.length // 2)
-        starts = [min(seg.length // 3, seg.length - 2 * window), max(window, 2 * seg.length // 3 - window)]
-        x = np.frombuffer(b"".join(seg.read(a, window) for a in starts), dtype=np.uint8)
-        scale = seg.length / len(x)
+        pieces = [np.frombuffer(seg.read(0, seg.length), dtype=np.uint8)]
+    else:  # two windows apart, each coded on its own, as chunks are
+        window = min(WHOLE_TRIAL_BYTES, seg.length // 3) // 8 * 8  # whole words, as chunks are
+        pieces = [np.frombuffer(seg.read(c - window // 2 - (c - window // 2) % 8, window), dtype=np.uint8)
+                  for c in (seg.length // 3, 2 * seg.length // 3)]
+    scale = seg.length / sum(len(x) for x in pieces)
     best, best_size = found, None
     # The higher levels only on spans long enough for their window to pay
     # (a level-19 context costs milliseconds to set up).
     trials = [p for p, least, most in zip(WHOLE_TRIAL_PROGRAMS, WHOLE_TRIAL_LEAST, WHOLE_TRIAL_MOST)
-              if least <= seg.length <= most]
+              if least <= seg.length <= most] + list(WORD_TRIALS)
     for program in [found] + trials:
         try:
-            size = sum(len(b) for b in encode(program, x, seg.t))
+            size = sum(len(b) for x in pieces for b in encode(program, x, seg.t))
         except (NotApplicable, ProgramError):
             continue
         if best_size is None or size < best_size:

@@ -29,6 +29,7 @@ CODERS = (Raw(), Zstd.entropy(), Zstd.at_level(3), Ans())
 # (fields, tensors found in the bytes) get it.
 BYTE_CODERS = (Raw(), Zstd.entropy(), Zstd.at_level(3), Zstd.at_level(9))
 NIBBLES = BitFields(groups=[[[4, 4]], [[0, 4]]])
+WORD_VIEWS = (Records(fields=[[1, 2]]), Records(fields=[[1, 4]]))
 # Proposed only where a value's sample shows their structure: detectors
 # whose finding the search always tries (see Search.options).
 DETECTED = (Rank, Sparse, Constant, LowZeroBits, RowDedup, Affine)
@@ -156,6 +157,12 @@ def proposals(v: Value) -> list[Production]:
         op = Records(fields=v.records)
         if all(n % op.record_bytes == 0 for n in lengths):
             out.append(op)
+    elif v.opaque and v.depth == 0:
+        # Bytes no parser typed: read them as 2- and 4-byte words, as
+        # ZipNN reads a whole file as one float array. Where they are
+        # numbers (an unknown format's tensors), the words' fields and
+        # their joint statistics show; where not, the search says so.
+        out += [op for op in WORD_VIEWS if all(n % op.record_bytes == 0 for n in lengths)]
     if records_field and t.bits == 8:
         out.append(NIBBLES)  # packed 4-bit quants: high and low nibbles apart
     if records_field and t.bits == 16:
