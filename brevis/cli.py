@@ -169,9 +169,17 @@ def _archive_input(archive: str):
         return
     if _is_terminal(sys.stdin):
         raise InvalidArgument("no archive on standard input (it is a terminal)")
-    folder = tempfile.mkdtemp(prefix="brevis-stdin-")
+    with _spooled_stdin("stdin.brv", "brevis-stdin-", None) as path:
+        yield path
+
+
+@contextmanager
+def _spooled_stdin(name: str, prefix: str, parent: str | None):
+    """Standard input copied to a file `name` in a new temporary folder
+    (in `parent`, or the system's), removed with it afterwards."""
+    folder = tempfile.mkdtemp(prefix=prefix, dir=parent)
     try:
-        path = os.path.join(folder, "stdin.brv")
+        path = os.path.join(folder, name)
         try:
             with open(path, "wb") as f:
                 shutil.copyfileobj(sys.stdin.buffer, f, 1 << 20)
@@ -245,19 +253,8 @@ def _stdin_source(name: str, near: str | None):
     parent = os.path.dirname(os.path.abspath(near)) if near else None
     if parent is not None and not os.path.isdir(parent):
         parent = None  # the writer says what is wrong with the output
-    folder = tempfile.mkdtemp(prefix=".brevis-stdin-", dir=parent)
-    try:
-        path = os.path.join(folder, name)
-        try:
-            with open(path, "wb") as f:
-                shutil.copyfileobj(sys.stdin.buffer, f, 1 << 20)
-        except OSError as e:
-            from .fs.atomic import io_failure
-
-            raise io_failure(e, "cannot spool standard input") from None
+    with _spooled_stdin(name, ".brevis-stdin-", parent) as path:
         yield path
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @cli.command()
