@@ -40,6 +40,7 @@ TINY_ANS = Program.leaf(Ans())
 # measured on the whole span up to this size, else on two windows of it
 # (zstd -19 runs at a few MB/s: only where it codes all of a span).
 WHOLE_TRIAL_BYTES = 1 << 20
+REPEATS = Program.leaf(Zstd.at_level(9))  # measured on small tensors against the plan's estimate
 WHOLE_TRIAL_PROGRAMS = tuple(Program.leaf(z) for z in (Zstd.entropy(), Zstd.at_level(3), Zstd.at_level(9),
                                                        Zstd.at_level(19)))
 # ... and the bytes read as 2- or 4-byte words, their joint statistics
@@ -241,9 +242,18 @@ class Planner:
 
     def _plan(self, seg: SegmentInfo, family: _Family | None, leader: bool) -> Plan:
         plan = self._choose(seg, family, leader)
-        if plan.program is not None and plan.stats.get("search") not in (SearchKind.TINY, SearchKind.NONE) \
-                and not isinstance(seg.t, Tensor) and not seg.records:
+        if plan.program is None or plan.stats.get("search") in (SearchKind.TINY, SearchKind.NONE) or seg.records:
+            return plan
+        if not isinstance(seg.t, Tensor):
             return _measured(seg, plan.program, plan.stats)
+        estimate = plan.estimate if plan.estimate is not None else plan.stats.get("estimate")
+        if seg.length <= WHOLE_TRIAL_BYTES and estimate is not None and seg.reference is None:
+            # A tensor's long-range repeats (a basis of sines, tiled rows)
+            # show to zstd's window on all of it, not on a sample's slices.
+            x = np.frombuffer(seg.read(0, seg.length), dtype=seg.t.container)
+            size = len(REPEATS.node.encode(x, seg.t))
+            if size < estimate * 0.98:
+                return Plan(REPEATS, dict(plan.stats, estimate=size), size)
         return plan
 
     def _choose(self, seg: SegmentInfo, family: _Family | None, leader: bool) -> Plan:

@@ -62,3 +62,14 @@ def test_the_structure_is_found(crafted, tmp_path):
     assert np.mean([got[f"layer{i}.dead.weight"] for i in range(4)]) / raw < dense - 6.5 / 32
     assert np.mean([got[f"layer{i}.levels.weight"] for i in range(4)]) / raw < 4.2 / 32  # 16 values: 4 bits
     assert np.mean([got[f"layer{i}.half.weight"] for i in range(4)]) / raw < dense / 2 + 0.01
+
+
+def test_long_range_repeats_in_a_small_tensor(tmp_path):
+    """A tensor that repeats a block longer than a sample slice (a basis of
+    sines, tiled weights): zstd's window sees it on the whole tensor, the
+    sample's slices do not. The plan is measured against it."""
+    block = weights(12_000)  # 48 KB, no whole rows: row_dedup cannot see it
+    tiled = np.tile(block, 5).reshape(60, 1000)
+    save_file({"basis": tiled, "other": weights((64, 256))}, tmp_path / "m.safetensors")
+    sizes_ = sizes(tmp_path / "m.safetensors", tmp_path, 2)
+    assert sizes_["basis"] < block.nbytes  # about one copy of the block (zstd codes it at 0.93), not five
