@@ -107,13 +107,6 @@ def normalize(counts: np.ndarray, p: int) -> np.ndarray:
     return freq
 
 
-def _key_counts(values: np.ndarray, width: int, shift: int, key_bits: int) -> np.ndarray:
-    """How often each key (value >> shift) occurs, int64."""
-    if _rans is not None:
-        return np.frombuffer(_rans.histogram(values, width, shift, 1 << key_bits, 0), dtype=np.int64)
-    return np.bincount((values >> values.dtype.type(shift)).astype(np.intp), minlength=1 << key_bits)
-
-
 def choose_trie(keys: np.ndarray, key_bits: int) -> tuple[list[int], list[tuple[int, int]]]:
     """choose_trie over the counts of these keys."""
     return trie_of_counts(np.bincount(keys, minlength=1 << key_bits), key_bits)
@@ -121,7 +114,8 @@ def choose_trie(keys: np.ndarray, key_bits: int) -> tuple[list[int], list[tuple[
 
 def trie_of_counts(counts: np.ndarray, key_bits: int) -> tuple[list[int], list[tuple[int, int]]]:
     """The trie that minimizes the estimated size: its codes in pre-order
-    and its bins as (first key, level) in order.
+    and its bins as (first key, level) in order (the Python equivalent of
+    _rans.trie_values, which the encoder uses where the extension is built).
 
     Bottom-up over the levels, on the occupied nodes only (a sample of a
     few thousand values occupies a few thousand of 65,536 keys): a node's
@@ -129,9 +123,6 @@ def trie_of_counts(counts: np.ndarray, key_bits: int) -> tuple[list[int], list[t
     offsets, -n*log2(n) for its frequency, plus BIN_COST) and its halves'
     best costs plus NODE_COST (an empty half costs NODE_COST).
     """
-    if _rans is not None:
-        codes, firsts, levels, _, _ = _rans.trie(counts.astype(np.int64), key_bits, BIN_COST, NODE_COST)
-        return list(codes), list(zip(np.frombuffer(firsts, dtype=np.uint32).tolist(), list(levels)))
     ids = np.flatnonzero(counts)
     counts = counts[ids].astype(np.float64)
     best = BIN_COST - counts * np.log2(counts)
@@ -224,7 +215,7 @@ def _encode_block(values: np.ndarray, t: Field) -> bytes:
         level = np.frombuffer(levels, dtype=np.uint8).astype(np.int64)
         counts = np.frombuffer(bin_counts, dtype=np.int64)
     else:
-        key_counts = _key_counts(values, width, shift, key_bits)
+        key_counts = np.bincount((values >> values.dtype.type(shift)).astype(np.intp), minlength=1 << key_bits)
         codes, bins = trie_of_counts(key_counts, key_bits)
         first = np.array([b[0] for b in bins], dtype=np.int64)
         level = np.array([b[1] for b in bins], dtype=np.int64)

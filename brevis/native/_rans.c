@@ -307,18 +307,17 @@ static inline double xlogx(int64_t c) {
     return (double)c * log2((double)c);
 }
 
-/* trie(counts, key_bits, bin_cost, node_cost) -> (codes, firsts, levels, cost)
- * The trie of brevis/dsl/entropy.py's trie_of_counts, bottom-up over the
- * occupied nodes only (d keys in use: at most d nodes a level): codes one
- * byte each in pre-order, the bins' first keys (uint32) and levels (uint8). */
 /* Scratch shared by every thread: used only while the GIL is held (every
  * function that releases it works on its own buffers). */
 static int64_t key_counts[1 << 16];
 static uint32_t key_ids[1 << 16];
 static int64_t key_cnts[1 << 16];
 
-/* The trie over d0 occupied keys (sorted ids, their counts), as
- * (codes, firsts, levels, cost, bin counts): see rans_trie. */
+/* The trie of brevis/dsl/entropy.py's trie_of_counts over d0 occupied keys
+ * (sorted ids, their counts), bottom-up over the occupied nodes only (at
+ * most d0 a level), as (codes one byte each in pre-order, the bins' first
+ * keys as uint32, their levels as uint8, the estimated cost in bits less
+ * n*log2(n), each bin's count as int64). */
 static PyObject *build_trie(const uint32_t *in_ids, const int64_t *in_cnts, Py_ssize_t d0, int key_bits,
                             double bin_cost, double node_cost) {
     Py_ssize_t d = d0 ? d0 : 1;
@@ -398,25 +397,6 @@ static PyObject *build_trie(const uint32_t *in_ids, const int64_t *in_cnts, Py_s
     return result;
 }
 
-
-static PyObject *rans_trie(PyObject *self, PyObject *args) {
-    PyObject *counts_obj;
-    int key_bits;
-    double bin_cost, node_cost;
-    if (!PyArg_ParseTuple(args, "Oidd", &counts_obj, &key_bits, &bin_cost, &node_cost)) return NULL;
-    if (key_bits < 0 || key_bits > 16) { PyErr_SetString(PyExc_ValueError, "key_bits must be in 0..16"); return NULL; }
-    buf_t b[1] = {{0}};
-    if (take(counts_obj, &b[0], 0, "counts") < 0) return NULL;
-    Py_ssize_t keys = (Py_ssize_t)1 << key_bits;
-    if (b[0].v.len != keys * 8) { release(b, 1); PyErr_SetString(PyExc_ValueError, "counts: one int64 per key"); return NULL; }
-    const int64_t *counts = b[0].v.buf;
-    Py_ssize_t d = 0;
-    for (Py_ssize_t j = 0; j < keys; j++) {
-        if (counts[j] > 0) { key_ids[d] = (uint32_t)j; key_cnts[d++] = counts[j]; }
-    }
-    release(b, 1);
-    return build_trie(key_ids, key_cnts, d, key_bits, bin_cost, node_cost);
-}
 
 static int compare_u32(const void *a, const void *b) {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
@@ -638,7 +618,6 @@ static PyMethodDef methods[] = {
     {"histogram", rans_histogram, METH_VARARGS, "histogram(values, width, shift, keys, block_log) -> int64 counts"},
     {"ranks", rans_ranks, METH_VARARGS, "ranks(values, width, shift, firsts) -> uint16 ranks"},
     {"trie_values", rans_trie_values, METH_VARARGS, "trie_values(values, width, shift, key_bits, bin_cost, node_cost)"},
-    {"trie", rans_trie, METH_VARARGS, "trie(counts, key_bits, bin_cost, node_cost) -> (codes, firsts, levels, cost)"},
     {"encode", rans_encode, METH_VARARGS, "encode(ranks, values, width, freq, cum, lower, obits, P) -> (rans, offsets)"},
     {"decode", rans_decode, METH_VARARGS, "decode(rans, offsets, n, width, freq, cum, lower, obits, P, out) -> None"},
     {NULL, NULL, 0, NULL},

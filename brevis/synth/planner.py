@@ -21,13 +21,13 @@ from typing import Callable
 import numpy as np
 
 from ..archive.schema import SearchKind
-from ..dsl import Ans, BitFields, Raw, Records, Zstd
+from ..dsl import Ans, Raw, Zstd
 from ..dsl.interpreter import encode, estimate
 from ..dsl.program import Program
 from ..dsl.types import Field, Tensor
 from ..errors import InvalidArgument, NotApplicable, ProgramError
 from .prior import Prior
-from .proposals import Value
+from .proposals import WORD_VIEWS, Value, halves
 from .roles import role_of, shape_class
 from .search import STREAM_INDEX_BYTES, Budget, SearchResult, search
 
@@ -46,9 +46,8 @@ WHOLE_TRIAL_PROGRAMS = tuple(Program.leaf(z) for z in (Zstd.entropy(), Zstd.at_l
 # ... and the bytes read as 2- or 4-byte words, their joint statistics
 # coded by ans (numbers in a format no parser knows; a shortcut taken on the
 # sample may have missed them).
-WORD_TRIALS = (Program.op(Records(fields=[[1, 2]]), TINY_ANS),
-               Program.op(Records(fields=[[1, 4]]),
-                          Program.op(BitFields(groups=[[[16, 16]], [[0, 16]]]), TINY_ANS, TINY_ANS)))
+WORD_TRIALS = (Program.op(WORD_VIEWS[0], TINY_ANS),
+               Program.op(WORD_VIEWS[1], Program.op(halves(32), TINY_ANS, TINY_ANS)))
 WHOLE_TRIAL_LEAST = (0, 0, 16 << 10, 64 << 10)  # bytes a span needs for each
 WHOLE_TRIAL_MOST = (1 << 62, 1 << 62, 1 << 62, WHOLE_TRIAL_BYTES)  # level 19 only where it codes all of a span
 REUSE_TOLERANCE = 1.02  # a sibling's program is kept if within 2 % of its cost on the sibling
@@ -246,7 +245,7 @@ class Planner:
             return plan
         if not isinstance(seg.t, Tensor):
             return _measured(seg, plan.program, plan.stats)
-        estimate = plan.estimate if plan.estimate is not None else plan.stats.get("estimate")
+        estimate = plan.estimate
         if seg.length <= WHOLE_TRIAL_BYTES and estimate is not None and seg.reference is None:
             # A tensor's long-range repeats (a basis of sines, tiled rows)
             # show to zstd's window on all of it, not on a sample's slices.
@@ -295,7 +294,8 @@ class Planner:
                 estimate = relative * _entropy(root, scale)
                 if learned.program not in _plain_programs(seg.t) and estimate > _plain(root, seg, scale):
                     return None  # structure the learned program misses: search
-                return Plan(learned.program, {"search": SearchKind.LEARNED, "estimate": round(estimate)})
+                return Plan(learned.program, {"search": SearchKind.LEARNED, "estimate": round(estimate)},
+                            round(estimate))
         return None
 
     def _try_reuse(self, family: _Family, root: Value, seg: SegmentInfo, scale: float) -> Plan | None:
@@ -310,7 +310,7 @@ class Planner:
             return None
         if family.program not in _plain_programs(seg.t) and estimate > _plain(root, seg, scale):
             return None
-        return Plan(family.program, {"search": SearchKind.FAMILY, "estimate": round(estimate)})
+        return Plan(family.program, {"search": SearchKind.FAMILY, "estimate": round(estimate)}, round(estimate))
 
 
 def _plain_programs(t: Field) -> list[Program]:
@@ -318,8 +318,7 @@ def _plain_programs(t: Field) -> list[Program]:
     value, and on its halves for 32- and 64-bit values."""
     out = [TINY_ANS] if t.bits <= 32 else []
     if t.bits in (32, 64):
-        half = t.bits // 2
-        out.append(Program.op(BitFields(groups=[[[half, half]], [[0, half]]]), TINY_ANS, TINY_ANS))
+        out.append(Program.op(halves(t.bits), TINY_ANS, TINY_ANS))
     return out
 
 

@@ -9,7 +9,7 @@ their own sub-stream, ...). Whether it pays is for the search to measure.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -94,7 +94,6 @@ def _entropy_bits(symbols: np.ndarray) -> float:
         return n * np.log2(n) - total + (distinct - 1) / (2 * np.log(2))
     counts = np.bincount(symbols)
     counts = counts[counts > 0].astype(np.float64)
-    n = len(symbols)
     return n * np.log2(n) - (counts * np.log2(counts)).sum() + (len(counts) - 1) / (2 * np.log(2))
 
 
@@ -118,6 +117,13 @@ def _histogram(x: np.ndarray, t: Field) -> tuple[np.ndarray, np.ndarray]:
         values = np.flatnonzero(counts)
         return values, counts[values]
     return np.unique(x, return_counts=True)
+
+
+@lru_cache(maxsize=None)
+def halves(bits: int) -> BitFields:
+    """A word's high and low halves as two fields (32- or 64-bit words)."""
+    half = bits // 2
+    return BitFields(groups=[[[half, half]], [[0, half]]])
 
 
 def coders_for(t: Field, opaque: bool = False) -> list[Production]:
@@ -178,8 +184,7 @@ def proposals(v: Value) -> list[Production]:
         # High and low halves: an entropy coder then sees a float's sign,
         # exponent and top mantissa bits as one symbol, and the low half's
         # own structure (values of a lower precision have it all zero).
-        half = t.bits // 2
-        out.append(BitFields(groups=[[[half, half]], [[0, half]]]))
+        out.append(halves(t.bits))
     if t.bits in (1, 2, 4):
         out.append(PackBits())
     if t.bits > 1:
