@@ -13,6 +13,11 @@ from ..errors import FormatError, NotApplicable, ProgramError
 from .operator import Operator, register
 from .types import Field
 
+try:
+    from ..native import _layout
+except ImportError:  # a source tree that was never built: numpy's copy
+    _layout = None
+
 
 def _mask(x: np.ndarray, bits: int) -> np.ndarray:
     if bits < 8 * x.itemsize:
@@ -144,11 +149,21 @@ class Transpose(Operator):
         c = self._config["cols"]
         if len(x) % c:
             raise NotApplicable("chunk is not whole rows")
-        return [np.ascontiguousarray(x.reshape(-1, c).T).reshape(-1)]
+        return [_transposed(x, len(x) // c, c)]
 
     def inverse(self, n, t, read):
         c = self._config["cols"]
         if n % c:
             raise FormatError("transpose: chunk is not whole rows")
         y = read(0, n).astype(t.container, copy=False)
-        return np.ascontiguousarray(y.reshape(c, -1).T).reshape(-1)
+        return _transposed(y, c, n // c)
+
+
+def _transposed(x: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """x (rows x cols, row by row) column by column: the C tiled kernel, or numpy."""
+    x = np.ascontiguousarray(x)
+    if _layout is None or x.itemsize not in (1, 2, 4, 8):
+        return np.ascontiguousarray(x.reshape(rows, cols).T).reshape(-1)
+    out = np.empty_like(x)
+    _layout.transpose(x, rows, cols, x.itemsize, out)
+    return out

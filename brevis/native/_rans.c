@@ -18,6 +18,8 @@
 
 #define LANES 4
 #define RANS_L (1u << 16)
+#define MIN_BLOCK_LOG 10  /* the block sizes a reader accepts: entropy.py */
+#define MAX_BLOCK_LOG 24
 
 typedef struct { Py_buffer v; int held; } buf_t;
 typedef struct { uint32_t freq, cum, lower, obits; } bin_t;
@@ -154,58 +156,113 @@ done:
     return result;
 }
 
-/* decode(rans, offsets, n, width, freq, cum, lower, obits, P, out) -> None
- * The bins in cumulative order, frequencies summing to 2^P; out: n values
- * of width bytes. */
-static PyObject *rans_decode(PyObject *self, PyObject *args) {
-    PyObject *o[7];
-    Py_ssize_t n;
-    int width, P;
-    if (!PyArg_ParseTuple(args, "OOniOOOOiO", &o[0], &o[1], &n, &width, &o[2], &o[3], &o[4], &o[5], &P, &o[6]))
-        return NULL;
-    if ((width != 1 && width != 2 && width != 4) || P < 1 || P > 16 || n < 0) {
-        PyErr_SetString(PyExc_ValueError, "width must be 1, 2 or 4, P in 1..16, n >= 0");
-        return NULL;
+/* The decoder's fast path, for P <= 15 (a slot's frequency and bias then
+ * share 32 bits): a batch of BATCH values, first their bins, then their
+ * offsets.
+ * Bins: groups of four values, one per state. The four states step apart
+ * (one table load each, `packed`: the slot's frequency and bias); which of
+ * them renormalize decides where each one's word lies among the next four
+ * words, loaded before, so no state waits for another's renormalization
+ * (the scalar loop's shared word pointer chained them).
+ * Offsets: a value's bit position is the sum of the widths before it, and
+ * each is read with its own 64-bit load at that position, so reads do not
+ * wait on each other either. Small functions, so that the states and the
+ * position stay in registers. Past the end of a stream both read zeros;
+ * the caller then reports the stream damaged. */
+#define BATCH 256
+typedef struct { uint32_t lower, mask, width, pad; } offset_t;
+typedef struct { uint32_t *packed; const uint16_t *ranks; offset_t *otab; int P; uint32_t mask; } fast_t;
+
+/* The 8 bytes of `base` (`limit` bytes) from byte `at`, little-endian; zeros past the end. */
+static inline uint64_t load_bits(const uint8_t *base, uint64_t limit, uint64_t at) {
+    uint64_t v = 0;
+    if (__builtin_expect(at + 8 <= limit, 1)) {
+        memcpy(&v, base + at, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        v = __builtin_bswap64(v);
+#endif
+        return v;
     }
-    buf_t b[7] = {{0}};
-    const char *names[7] = {"rans", "offsets", "freq", "cum", "lower", "obits", "out"};
-    for (int i = 0; i < 7; i++) if (take(o[i], &b[i], i == 6, names[i]) < 0) { release(b, 7); return NULL; }
-    const char *error = NULL;
-    uint16_t *slots = NULL;
-    bin_t *table = NULL;
-    Py_ssize_t bins = b[2].v.len / 4;
+    for (int k = 0; at + k < limit && k < 8; k++) v |= (uint64_t)base[at + k] << (8 * k);
+    return v;
+}
+
+/* A batch's bins (their ranks into rb) from the words from byte `at` of
+ * `in` (`limit` bytes); the new `at`. */
+static uint64_t fast_bins(const fast_t *f, uint32_t *xs, const uint8_t *in, uint64_t limit, uint64_t at, uint16_t *rb) {
+    uint32_t x0 = xs[0], x1 = xs[1], x2 = xs[2], x3 = xs[3];
+    const uint32_t *packed = f->packed; const uint16_t *ranks = f->ranks; const uint32_t mask = f->mask; const int P = f->P;
+#define LANE(X, K) uint32_t s##K = X & mask, e##K = packed[s##K]; \
+    X = (e##K & 0xffff) * (X >> P) + (e##K >> 16); \
+    uint32_t n##K = X < RANS_L;
+#define FEED(X, K, C) X = n##K ? (X << 16) | ((uint32_t)(words >> (16 * (C))) & 0xffff) : X; rb[j + K] = ranks[s##K];
+    for (int j = 0; j < BATCH; j += LANES) {
+        uint64_t words = load_bits(in, limit, at);
+        LANE(x0, 0) LANE(x1, 1) LANE(x2, 2) LANE(x3, 3)
+        uint32_t c1 = n0, c2 = c1 + n1, c3 = c2 + n2;
+        FEED(x0, 0, 0) FEED(x1, 1, c1) FEED(x2, 2, c2) FEED(x3, 3, c3)
+        at += 2 * (c3 + n3);
+    }
+#undef LANE
+#undef FEED
+    xs[0] = x0; xs[1] = x1; xs[2] = x2; xs[3] = x3;
+    return at;
+}
+
+/* A batch's values from their bins and their offsets from bit `pos` of
+ * `base` (`limit` bytes); the new pos. */
+#define FAST_OFFSETS(NAME, T) \
+static uint64_t NAME(const fast_t *f, const uint16_t *rb, const uint8_t *base, uint64_t limit, uint64_t pos, T *out, \
+                     int widths) { \
+    const offset_t *otab = f->otab; \
+    if (!widths) { /* no bin has offset bits: each value is its bin's lower */ \
+        for (int j = 0; j < BATCH; j++) out[j] = (T)otab[rb[j]].lower; \
+        return pos; \
+    } \
+    for (int j = 0; j < BATCH; j++) { \
+        const offset_t *t = &otab[rb[j]]; \
+        out[j] = (T)(t->lower + ((uint32_t)(load_bits(base, limit, pos >> 3) >> (pos & 7)) & t->mask)); \
+        pos += t->width; \
+    } \
+    return pos; \
+}
+FAST_OFFSETS(fast_offsets8, uint8_t)
+FAST_OFFSETS(fast_offsets16, uint16_t)
+FAST_OFFSETS(fast_offsets32, uint32_t)
+#undef FAST_OFFSETS
+
+/* Decode n values of `width` bytes into out from one block's rANS bytes
+ * (in, inlen) and offset bits (offs, offslen), with the block's model:
+ * `bins` bins in cumulative order, frequencies summing to 2^P. Scratch:
+ * `slots` and `packed` (2^P entries; packed unused for P > 15), `table`
+ * and `otab` (bins entries). NULL, or what is wrong. Needs no GIL. */
+static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_t *offs, Py_ssize_t offslen,
+                               Py_ssize_t n, int width, const uint32_t *freq, const uint32_t *cum,
+                               const uint32_t *lower, const uint8_t *obits, Py_ssize_t bins, int P, void *out,
+                               uint16_t *slots, bin_t *table, uint32_t *packed, offset_t *otab) {
     uint32_t M = 1u << P;
-    if (b[3].v.len != bins * 4 || b[4].v.len != bins * 4 || b[5].v.len != bins || bins < 1 || bins > (Py_ssize_t)M
-        || bins > 65536) { error = "bad model"; goto done; }
-    if (b[6].v.len != n * width) { error = "output has the wrong size"; goto done; }
-    if (b[0].v.len < 4 * LANES || (b[0].v.len - 4 * LANES) % 2) { error = "damaged stream (length)"; goto done; }
-    const uint32_t *freq = b[2].v.buf, *cum = b[3].v.buf, *lower = b[4].v.buf;
-    const uint8_t *obits = b[5].v.buf;
-    slots = PyMem_Malloc(sizeof(uint16_t) * M);
-    table = PyMem_Malloc(sizeof(bin_t) * bins);
-    if (!slots || !table) { PyErr_NoMemory(); goto done; }
+    if (bins < 1 || bins > (Py_ssize_t)M || bins > 65536) return "bad model";
+    if (inlen < 4 * LANES || (inlen - 4 * LANES) % 2) return "damaged stream (length)";
     uint32_t total = 0;
     for (Py_ssize_t r = 0; r < bins; r++) {
-        if (freq[r] == 0 || cum[r] != total || freq[r] > M - total || obits[r] > 8 * width) { error = "bad model"; goto done; }
+        if (freq[r] == 0 || cum[r] != total || freq[r] > M - total || obits[r] > 8 * width) return "bad model";
         for (uint32_t j = 0; j < freq[r]; j++) slots[total + j] = (uint16_t)r;
         table[r].freq = freq[r]; table[r].cum = cum[r]; table[r].lower = lower[r]; table[r].obits = obits[r];
         total += freq[r];
     }
-    if (total != M) { error = "bad model"; goto done; }
-    const uint8_t *in = b[0].v.buf;
+    if (total != M) return "bad model";
     uint32_t x[LANES];
     for (int k = 0; k < LANES; k++)
         x[k] = (uint32_t)in[4 * k] | (uint32_t)in[4 * k + 1] << 8 | (uint32_t)in[4 * k + 2] << 16 | (uint32_t)in[4 * k + 3] << 24;
-    const uint8_t *ptr = in + 4 * LANES, *end = in + b[0].v.len;
-    const uint8_t *op = b[1].v.buf, *oend = op + b[1].v.len;
-    uint8_t *o8 = b[6].v.buf;
-    uint16_t *o16 = b[6].v.buf;
-    uint32_t *o32 = b[6].v.buf;
+    const uint8_t *ptr = in + 4 * LANES, *end = in + inlen;
+    const uint8_t *op = offs, *oend = op + offslen;
+    uint8_t *o8 = out;
+    uint16_t *o16 = out;
+    uint32_t *o32 = out;
     uint32_t mask = M - 1;
     uint64_t acc = 0;
     int fill = 0, bad = 0;
     const uint8_t *ostart = op;
-    Py_BEGIN_ALLOW_THREADS
     for (int k = 0; k < LANES; k++) if (x[k] < RANS_L) bad = 1;
     uint32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3];
     /* One value from state X into out[I]: its bin, renormalization, offset bits. */
@@ -231,41 +288,42 @@ static PyObject *rans_decode(PyObject *self, PyObject *args) {
         if (width == 1) o8[I] = (uint8_t)v; else if (width == 2) o16[I] = (uint16_t)v; else o32[I] = v; \
     }
     Py_ssize_t i = 0;
-    /* Fast path, in batches while every stream holds more than a batch can
-     * read: first the bins of the batch (four states interleaved, each in a
-     * register, renormalized without a branch), then their offsets (one
-     * bit reader, refilled 32 bits at a time). Two passes let the states'
-     * chains overlap, which the shared bit reader would serialize. */
-#define BATCH 256
-#define BINS(X, J) { \
-        uint32_t slot = X & mask; uint32_t r = slots[slot]; const bin_t *bn = &table[r]; \
-        X = bn->freq * (X >> P) + slot - bn->cum; \
-        uint32_t need = X < RANS_L, word = (uint32_t)ptr[0] | (uint32_t)ptr[1] << 8; \
-        X = need ? (X << 16) | word : X; ptr += need << 1; \
-        rb[J] = (uint16_t)r; \
+    if (!bad && P <= 15 && n >= BATCH) {
+        fast_t f;
+        f.packed = packed; f.ranks = slots; f.otab = otab; f.P = P; f.mask = mask;
+        for (uint32_t s = 0; s < M; s++) {
+            const bin_t *bn = &table[slots[s]];
+            f.packed[s] = bn->freq | (s - bn->cum) << 16;
+        }
+        int widths = 0;
+        for (Py_ssize_t r = 0; r < bins; r++) {
+            widths |= table[r].obits;
+            f.otab[r].lower = table[r].lower;
+            f.otab[r].mask = (uint32_t)(((uint64_t)1 << table[r].obits) - 1);
+            f.otab[r].width = table[r].obits;
+        }
+        uint64_t pos = (uint64_t)(op - ostart) * 8 - (uint64_t)fill, at = (uint64_t)(ptr - in);
+        const uint64_t olimit = (uint64_t)(oend - ostart), limit = (uint64_t)(end - in);
+        uint32_t xs[LANES] = {x0, x1, x2, x3};
+        while (i + BATCH <= n) {
+            uint16_t rb[BATCH];
+            at = fast_bins(&f, xs, in, limit, at, rb);
+            if (width == 1) pos = fast_offsets8(&f, rb, ostart, olimit, pos, o8 + i, widths);
+            else if (width == 2) pos = fast_offsets16(&f, rb, ostart, olimit, pos, o16 + i, widths);
+            else pos = fast_offsets32(&f, rb, ostart, olimit, pos, o32 + i, widths);
+            i += BATCH;
+            if (pos > 8 * olimit || at > limit) { bad = 1; break; }
+        }
+        x0 = xs[0]; x1 = xs[1]; x2 = xs[2]; x3 = xs[3];
+        ptr = in + (bad ? limit : at);
+        op = ostart + (bad ? olimit : pos >> 3);
+        acc = 0;
+        fill = 0;
+        if (!bad && (pos & 7)) {
+            acc = (uint64_t)(*op++) >> (pos & 7);
+            fill = 8 - (int)(pos & 7);
+        }
     }
-#define FAST_LOOP(OUT) \
-    while (i + BATCH <= n && end - ptr >= 2 * BATCH && oend - op >= 4 * BATCH + 8) { \
-        uint16_t rb[BATCH]; \
-        for (int j = 0; j < BATCH; j += LANES) { BINS(x0, j) BINS(x1, j + 1) BINS(x2, j + 2) BINS(x3, j + 3) } \
-        for (int j = 0; j < BATCH; j++) { \
-            const bin_t *bn = &table[rb[j]]; \
-            if (fill < 32) { \
-                uint32_t word32; memcpy(&word32, op, 4); \
-                acc |= (uint64_t)word32 << fill; op += 4; fill += 32; \
-            } \
-            uint32_t w = bn->obits; \
-            OUT[i + j] = bn->lower + (uint32_t)(acc & (((uint64_t)1 << w) - 1)); acc >>= w; fill -= w; \
-        } \
-        i += BATCH; \
-    }
-    if (!bad) {
-        if (width == 1) { FAST_LOOP(o8) } else if (width == 2) { FAST_LOOP(o16) } else { FAST_LOOP(o32) }
-    }
-#undef BINS
-#undef BATCH
-#undef FAST_LOOP
-#undef FAST
     for (; i + LANES <= n && !bad; i += LANES) {
         do { STEP(x0, i); STEP(x1, i + 1); STEP(x2, i + 2); STEP(x3, i + 3); } while (0);
     }
@@ -283,12 +341,49 @@ static PyObject *rans_decode(PyObject *self, PyObject *args) {
         if (x0 != RANS_L || x1 != RANS_L || x2 != RANS_L || x3 != RANS_L) bad = 1;
         if (ptr != end || op != oend || fill >= 8 || acc) bad = 1;
     }
+    return bad ? "damaged stream" : NULL;
+}
+
+/* decode(rans, offsets, n, width, freq, cum, lower, obits, P, out) -> None
+ * One block, its model given. */
+static PyObject *rans_decode(PyObject *self, PyObject *args) {
+    PyObject *o[7];
+    Py_ssize_t n;
+    int width, P;
+    if (!PyArg_ParseTuple(args, "OOniOOOOiO", &o[0], &o[1], &n, &width, &o[2], &o[3], &o[4], &o[5], &P, &o[6]))
+        return NULL;
+    if ((width != 1 && width != 2 && width != 4) || P < 1 || P > 16 || n < 0) {
+        PyErr_SetString(PyExc_ValueError, "width must be 1, 2 or 4, P in 1..16, n >= 0");
+        return NULL;
+    }
+    buf_t b[7] = {{0}};
+    const char *names[7] = {"rans", "offsets", "freq", "cum", "lower", "obits", "out"};
+    for (int i = 0; i < 7; i++) if (take(o[i], &b[i], i == 6, names[i]) < 0) { release(b, 7); return NULL; }
+    const char *error = NULL;
+    uint16_t *slots = NULL;
+    uint32_t *packed = NULL;
+    bin_t *table = NULL;
+    offset_t *otab = NULL;
+    Py_ssize_t bins = b[2].v.len / 4;
+    if (b[3].v.len != bins * 4 || b[4].v.len != bins * 4 || b[5].v.len != bins || bins < 1 || bins > 65536) {
+        error = "bad model"; goto done;
+    }
+    if (b[6].v.len != n * width) { error = "output has the wrong size"; goto done; }
+    slots = PyMem_RawMalloc(sizeof(uint16_t) << P);
+    packed = PyMem_RawMalloc(sizeof(uint32_t) << P);
+    table = PyMem_RawMalloc(sizeof(bin_t) * bins);
+    otab = PyMem_RawMalloc(sizeof(offset_t) * bins);
+    if (!slots || !packed || !table || !otab) { PyErr_NoMemory(); goto done; }
+    Py_BEGIN_ALLOW_THREADS
+    error = decode_core(b[0].v.buf, b[0].v.len, b[1].v.buf, b[1].v.len, n, width, b[2].v.buf, b[3].v.buf,
+                        b[4].v.buf, b[5].v.buf, bins, P, b[6].v.buf, slots, table, packed, otab);
     Py_END_ALLOW_THREADS
-    if (bad) error = "damaged stream";
 done:
     if (error) PyErr_SetString(PyExc_ValueError, error);
-    PyMem_Free(slots);
-    PyMem_Free(table);
+    PyMem_RawFree(slots);
+    PyMem_RawFree(packed);
+    PyMem_RawFree(table);
+    PyMem_RawFree(otab);
     release(b, 7);
     if (error || PyErr_Occurred()) return NULL;
     Py_RETURN_NONE;
@@ -532,31 +627,22 @@ static int read_varint(const uint8_t *data, Py_ssize_t len, Py_ssize_t *pos, uin
     return -1;
 }
 
-/* read_model(block, key_bits) -> (P, firsts, levels, freqs, position, rans length)
- * A block's model, checked as entropy.py's _decode_block does: ValueError
- * with the reason where it is damaged. */
-static PyObject *rans_read_model(PyObject *self, PyObject *args) {
-    PyObject *obj;
-    int key_bits;
-    if (!PyArg_ParseTuple(args, "Oi", &obj, &key_bits)) return NULL;
-    if (key_bits < 0 || key_bits > 16) { PyErr_SetString(PyExc_ValueError, "key_bits must be in 0..16"); return NULL; }
-    buf_t b[1] = {{0}};
-    if (take(obj, &b[0], 0, "block") < 0) return NULL;
-    const uint8_t *data = b[0].v.buf;
-    Py_ssize_t len = b[0].v.len, pos = 1, i = 0, nbins = 0, top = 0;
-    const char *error = NULL;
-    PyObject *result = NULL;
+typedef struct { uint32_t *firsts, *freqs; uint8_t *levels; } model_t;  /* 2^16 entries each */
+
+/* A block's model (data, len: the block), checked as entropy.py's
+ * _decode_block does: NULL, or what is wrong. Sets P, the bins, where the
+ * rANS bytes start and their length. Needs no GIL. */
+static const char *parse_model(const uint8_t *data, Py_ssize_t len, int key_bits, model_t *m, int *P,
+                               Py_ssize_t *nbins_out, Py_ssize_t *pos_out, Py_ssize_t *length_out) {
+    Py_ssize_t pos = 1, i = 0, nbins = 0, top = 0;
     Py_ssize_t stack[2 * 18];
-    uint32_t *firsts = model_firsts, *freqs = model_freqs;  /* scratch, GIL held */
-    uint8_t *levels = model_levels;
-    int p = 0;
     uint64_t total = 0;
-    if (len < 1) { error = "empty block"; goto done; }
-    p = data[0];
-    if (p < 1 || p > 16) { error = "precision out of range"; goto done; }
+    if (len < 1) return "empty block";
+    int p = data[0];
+    if (p < 1 || p > 16) return "precision out of range";
     stack[top++] = key_bits; stack[top++] = 0;
     while (top) {
-        if (pos + i / 4 >= len) { error = "truncated trie"; goto done; }
+        if (pos + i / 4 >= len) return "truncated trie";
         int code = (data[pos + i / 4] >> (2 * (i % 4))) & 3;
         i++;
         Py_ssize_t node = stack[--top];
@@ -565,29 +651,136 @@ static PyObject *rans_read_model(PyObject *self, PyObject *args) {
             stack[top++] = level - 1; stack[top++] = 2 * node + 1;
             stack[top++] = level - 1; stack[top++] = 2 * node;
         } else if (code == 1) {
-            if (nbins >= (1 << 16)) { error = "too many bins"; goto done; }
-            firsts[nbins] = (uint32_t)(node << level); levels[nbins++] = (uint8_t)level;
-        } else if (code != 0) { error = "invalid trie code"; goto done; }
+            if (nbins >= (1 << 16)) return "too many bins";
+            m->firsts[nbins] = (uint32_t)(node << level); m->levels[nbins++] = (uint8_t)level;
+        } else if (code != 0) return "invalid trie code";
     }
-    if (i % 4 && data[pos + i / 4] >> (2 * (i % 4))) { error = "trie padding is not zero"; goto done; }
+    if (i % 4 && data[pos + i / 4] >> (2 * (i % 4))) return "trie padding is not zero";
     pos += (i + 3) / 4;
-    if (nbins < 1 || nbins > ((Py_ssize_t)1 << p)) { error = "more bins than slots"; goto done; }
+    if (nbins < 1 || nbins > ((Py_ssize_t)1 << p)) return "more bins than slots";
     for (Py_ssize_t r = 0; r < nbins; r++) {
         uint32_t f;
-        if (read_varint(data, len, &pos, &f) < 0) { error = "truncated or overlong frequencies"; goto done; }
-        if (f >= (1u << 16)) { error = "frequency out of range"; goto done; }
-        freqs[r] = f + 1; total += f + 1;
+        if (read_varint(data, len, &pos, &f) < 0) return "truncated or overlong frequencies";
+        if (f >= (1u << 16)) return "frequency out of range";
+        m->freqs[r] = f + 1; total += f + 1;
     }
-    if (total != ((uint64_t)1 << p)) { error = "frequencies do not sum to 2**P"; goto done; }
+    if (total != ((uint64_t)1 << p)) return "frequencies do not sum to 2**P";
     uint32_t length;
-    if (read_varint(data, len, &pos, &length) < 0) { error = "truncated length"; goto done; }
-    if ((Py_ssize_t)length > len - pos) { error = "truncated"; goto done; }
-    result = Py_BuildValue("(iy#y#y#nn)", p, (const char *)firsts, nbins * 4, (const char *)levels, nbins,
-                           (const char *)freqs, nbins * 4, pos, (Py_ssize_t)length);
-done:
+    if (read_varint(data, len, &pos, &length) < 0) return "truncated length";
+    if ((Py_ssize_t)length > len - pos) return "truncated";
+    *P = p; *nbins_out = nbins; *pos_out = pos; *length_out = (Py_ssize_t)length;
+    return NULL;
+}
+
+/* read_model(block, key_bits) -> (P, firsts, levels, freqs, position, rans length) */
+static PyObject *rans_read_model(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    int key_bits;
+    if (!PyArg_ParseTuple(args, "Oi", &obj, &key_bits)) return NULL;
+    if (key_bits < 0 || key_bits > 16) { PyErr_SetString(PyExc_ValueError, "key_bits must be in 0..16"); return NULL; }
+    buf_t b[1] = {{0}};
+    if (take(obj, &b[0], 0, "block") < 0) return NULL;
+    model_t m = {model_firsts, model_freqs, model_levels};  /* scratch, GIL held */
+    int p = 0;
+    Py_ssize_t nbins = 0, pos = 0, length = 0;
+    PyObject *result = NULL;
+    const char *error = parse_model(b[0].v.buf, b[0].v.len, key_bits, &m, &p, &nbins, &pos, &length);
+    if (!error)
+        result = Py_BuildValue("(iy#y#y#nn)", p, (const char *)m.firsts, nbins * 4, (const char *)m.levels, nbins,
+                               (const char *)m.freqs, nbins * 4, pos, length);
     release(b, 1);
     if (error) PyErr_SetString(PyExc_ValueError, error);
     return result;
+}
+
+/* A whole `ans` stream (data, len: its block-size byte, then one block, or
+ * blocks of 2^B values each after its varint length) of n >= 1 values of a
+ * `bits`-bit field into out (n values of width bytes), checked as
+ * entropy.py's Ans.decode does: NULL, or what is wrong. Needs no GIL. */
+static const char *stream_decode(const uint8_t *data, Py_ssize_t len, Py_ssize_t n, int width, int bits,
+                                 uint8_t *out) {
+    int shift = bits > 16 ? bits - 16 : 0, key_bits = bits - shift;
+    /* scratch: the model of a block (at most 2^key_bits bins), its cumulative
+     * and shifted forms, its bins; the slots, grown to the largest P met */
+    size_t most = (size_t)1 << key_bits;
+    uint8_t *scratch = PyMem_RawMalloc(most * (4 * 4 + 2 + sizeof(bin_t) + sizeof(offset_t)));
+    if (!scratch) return "out of memory";
+    model_t m = {(uint32_t *)scratch, (uint32_t *)(scratch + 4 * most), scratch + 16 * most};
+    uint32_t *cum = (uint32_t *)(scratch + 8 * most), *lower = (uint32_t *)(scratch + 12 * most);
+    uint8_t *obits = scratch + 17 * most;
+    bin_t *table = (bin_t *)(scratch + 18 * most);
+    offset_t *otab = (offset_t *)(scratch + (18 + sizeof(bin_t)) * most);
+    uint16_t *slots = NULL;
+    uint32_t *packed = NULL;
+    int slots_log = -1;
+    const char *error = NULL;
+    if (len < 1) error = "empty stream";
+    else {
+        int block_log = data[0];
+        Py_ssize_t pos = 1, size = block_log ? (Py_ssize_t)1 << block_log : n;
+        if (block_log && (block_log < MIN_BLOCK_LOG || block_log > MAX_BLOCK_LOG)) error = "block size out of range";
+        for (Py_ssize_t start = 0; !error && start < n; start += size) {
+            Py_ssize_t count = n - start < size ? n - start : size, blen = len - pos;
+            if (block_log) {
+                uint32_t length;
+                if (read_varint(data, len, &pos, &length) < 0) { error = "truncated block length"; break; }
+                if ((Py_ssize_t)length > len - pos) { error = "truncated block"; break; }
+                blen = length;
+            }
+            const uint8_t *block = data + pos;
+            if (!blen) { error = "empty block"; break; }
+            int P;
+            Py_ssize_t nbins, mpos, rlen;
+            error = parse_model(block, blen, key_bits, &m, &P, &nbins, &mpos, &rlen);
+            if (error) break;
+            if (P > slots_log) {
+                uint16_t *grown = PyMem_RawRealloc(slots, sizeof(uint16_t) << P);
+                if (grown) slots = grown;
+                uint32_t *more = PyMem_RawRealloc(packed, sizeof(uint32_t) << P);
+                if (more) packed = more;
+                if (!grown || !more) { error = "out of memory"; break; }
+                slots_log = P;
+            }
+            uint32_t total = 0;
+            for (Py_ssize_t r = 0; r < nbins; r++) {
+                cum[r] = total; total += m.freqs[r];
+                lower[r] = m.firsts[r] << shift;
+                obits[r] = (uint8_t)(m.levels[r] + shift);
+            }
+            error = decode_core(block + mpos, rlen, block + mpos + rlen, blen - mpos - rlen, count, width, m.freqs,
+                                cum, lower, obits, nbins, P, out + start * width, slots, table, packed, otab);
+            pos += blen;
+        }
+        if (!error && pos != len) error = block_log ? "bytes after the last block" : "damaged stream";
+    }
+    PyMem_RawFree(scratch);
+    PyMem_RawFree(slots);
+    PyMem_RawFree(packed);
+    return error;
+}
+
+/* decode_stream(stream, n, width, bits, out) -> None: stream_decode, the GIL released. */
+static PyObject *rans_decode_stream(PyObject *self, PyObject *args) {
+    PyObject *o[2];
+    Py_ssize_t n;
+    int width, bits;
+    if (!PyArg_ParseTuple(args, "OniiO", &o[0], &n, &width, &bits, &o[1])) return NULL;
+    if ((width != 1 && width != 2 && width != 4) || bits < 1 || bits > 8 * width || n < 1) {
+        PyErr_SetString(PyExc_ValueError, "width must be 1, 2 or 4, bits in 1..8*width, n >= 1");
+        return NULL;
+    }
+    buf_t b[2] = {{0}};
+    if (take(o[0], &b[0], 0, "stream") < 0 || take(o[1], &b[1], 1, "out") < 0) { release(b, 2); return NULL; }
+    const char *error = "output has the wrong size";
+    if (b[1].v.len == n * width) {
+        Py_BEGIN_ALLOW_THREADS
+        error = stream_decode(b[0].v.buf, b[0].v.len, n, width, bits, b[1].v.buf);
+        Py_END_ALLOW_THREADS
+    }
+    release(b, 2);
+    if (!error) Py_RETURN_NONE;
+    PyErr_SetString(PyExc_ValueError, error);
+    return NULL;
 }
 
 /* counts(values, width) -> (sum of c * log2(c) over the distinct values, distinct)
@@ -619,6 +812,7 @@ static PyMethodDef methods[] = {
     {"ranks", rans_ranks, METH_VARARGS, "ranks(values, width, shift, firsts) -> uint16 ranks"},
     {"trie_values", rans_trie_values, METH_VARARGS, "trie_values(values, width, shift, key_bits, bin_cost, node_cost)"},
     {"encode", rans_encode, METH_VARARGS, "encode(ranks, values, width, freq, cum, lower, obits, P) -> (rans, offsets)"},
+    {"decode_stream", rans_decode_stream, METH_VARARGS, "decode_stream(stream, n, width, bits, out) -> None"},
     {"decode", rans_decode, METH_VARARGS, "decode(rans, offsets, n, width, freq, cum, lower, obits, P, out) -> None"},
     {NULL, NULL, 0, NULL},
 };

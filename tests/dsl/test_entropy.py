@@ -86,6 +86,40 @@ def test_every_truncation_and_many_flips_fail_cleanly(bits):
         assert len(out) == len(x) and out.dtype == t.container  # offsets carry no check; the chunk CRC does
 
 
+@pytest.mark.parametrize("bits", [8, 16, 32])
+def test_the_c_stream_decoder_agrees_with_python_on_damaged_blocked_streams(bits, monkeypatch):
+    """Many batches of the C fast path, over several blocks: on every flip the
+    C decoder and the Python one both refuse the stream or both give the same
+    values (the fast path reads zeros past a stream's end, then refuses it)."""
+    monkeypatch.setattr(entropy, "choose_block", lambda values, t: 12)
+    t, x = Field(bits), values("bell", (5 << 12) + 77, bits, seed=6)
+    stream = Ans().encode(x, t)
+    assert stream[0] == 12
+    c_rans = entropy._rans
+
+    def both(data: bytes):
+        results = []
+        for module in (c_rans, None):
+            monkeypatch.setattr(entropy, "_rans", module)
+            try:
+                results.append(Ans().decode(memoryview(data), len(x), t))
+            except FormatError:
+                results.append(None)
+        monkeypatch.setattr(entropy, "_rans", c_rans)
+        return results
+
+    c, py = both(stream)
+    assert np.array_equal(c, x) and np.array_equal(py, x)
+    rng = np.random.default_rng(7)
+    for _ in range(40):
+        damaged = bytearray(stream)
+        damaged[rng.integers(len(damaged))] ^= 1 << rng.integers(8)
+        c, py = both(bytes(damaged))
+        assert (c is None) == (py is None) and (c is None or np.array_equal(c, py))
+    for cut in rng.integers(1, len(stream), 10):
+        assert both(stream[:cut]) == [None, None]
+
+
 def test_hostile_models_are_refused():
     t = Field(16)
     with pytest.raises(FormatError):
