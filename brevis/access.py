@@ -309,17 +309,8 @@ class Archive(Mapping):
             what = "a folder" if any(p.startswith(path + "/") for p in files) else "no file"
             raise InvalidArgument(f"{path!r} is {what} in {self.path} (`brevis ls {self.path}` lists the files)")
         self._open_reader()
-        out = bytearray(entry.size)
-        view = memoryview(out)
-        pos = 0
-        for s in entry.segments:
-            start = 0
-            for chunk in s.chunks:
-                data = self._decoder.decode(s, chunk, start)
-                view[pos:pos + len(data)] = data
-                pos += len(data)
-                start += len(data)
-        return bytes(out)
+        return b"".join(self._decoder.decode(*w) if isinstance(w, tuple) else w
+                        for w in self._decoder.in_file_order(entry))
 
     def info(self, name: str) -> dict:
         """What the index says about one tensor; decodes nothing."""

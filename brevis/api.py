@@ -315,10 +315,10 @@ def cat(archive: str | os.PathLike, paths=None, out: BinaryIO | None = None, *, 
                 else:
                     raise InvalidArgument(f"no file {p!r} in {archive}")
         decoder = ChunkDecoder(reader, base)
-        work = [w for p in chosen for seg in by_path[p].segments for w in decoder.work_segment(seg)]
+        work = [w for p in chosen for w in decoder.in_file_order(by_path[p])]
         with Pool(threads) as pool:
             try:
-                for data in pool.ordered_map(lambda w: decoder.decode(*w), work):
+                for data in pool.ordered_map(lambda w: decoder.decode(*w) if isinstance(w, tuple) else w, work):
                     stream.write(memoryview(data))
                 stream.flush()
             except BrokenPipeError:

@@ -95,6 +95,24 @@ def per_dtype(name: str, rng: np.random.Generator, n: int = 64) -> bytes:
     return np.concatenate([np.array(s, np.uint64), rest]).astype(d.uint).tobytes()
 
 
+def build_source_gathered(root: Path) -> None:
+    """Version 3 (gathered byte spans): a small PyTorch checkpoint (a zip
+    whose pickle framing lies between its tensors: the spans Brevis
+    gathers), a config.json and the empty folders. Needs torch."""
+    import torch
+
+    g = torch.Generator().manual_seed(20261201)
+    state = {f"block{i}.{part}": torch.randn(shape, generator=g).to(dtype)
+             for i in range(6) for part, shape, dtype in (("weight", (16, 24), torch.float16),
+                                                          ("bias", (16,), torch.float32),
+                                                          ("scale", (24,), torch.bfloat16))}
+    state["steps"] = torch.tensor([1234], dtype=torch.int64)
+    torch.save(state, root / "model.pth")
+    (root / "config.json").write_text(json.dumps({"blocks": 6, "dtype": "float16"}, indent=2) + "\n")
+    for d in EMPTY_DIRS:
+        (root / d).mkdir(parents=True, exist_ok=True)
+
+
 def build_source(root: Path) -> None:
     rng = np.random.default_rng(20261130)
     tensors: dict[str, tuple[str, list[int], bytes]] = {}
@@ -537,7 +555,7 @@ def main() -> None:
                     p.unlink()
     source = out / "source"
     source.mkdir(parents=True)
-    build_source(source)
+    (build_source_gathered if int(args.version.lstrip("v") or 1) >= 3 else build_source)(source)
     summary = brevis.compress([source], out / "archive.brv", threads=1, chunk_bytes=4096)
     files = sorted(p for p in source.rglob("*") if p.is_file())
     lines = [f"{sha256(p)}  {p.relative_to(source).as_posix()}\n" for p in files]

@@ -19,12 +19,22 @@ from ..errors import FormatError, TruncatedError, UnsupportedVersion
 
 MAGIC = b"\x89BRV\r\n\x1a\n"
 END_MAGIC = b"BRVINDEX"
-VERSION = 2  # the newest version this Brevis reads and writes
+VERSION = 3  # the newest version this Brevis reads and writes
 # Version 2 is version 1 with symbolic links in the index (`links`): written
 # only for an archive that holds links, so that a reader that knows version
 # 1 alone refuses it ("upgrade Brevis") rather than dropping its links.
-# Every other archive is written as version 1, as before.
+# Version 3 adds gathered segments (`ranges`), written only for an archive
+# that has one, for the same reason: an older reader would put their bytes
+# in the wrong places. Every other archive is written as version 1, as before.
 LINKS_VERSION = 2
+GATHER_VERSION = 3
+
+
+def version_for(index) -> int:
+    """The oldest format version that holds everything in `index`."""
+    if any(s.ranges for f in index.files for s in f.segments):
+        return GATHER_VERSION
+    return LINKS_VERSION if index.links else 1
 HEADER = struct.Struct("<8sHHI")
 FOOTER = struct.Struct("<QQQ16s8s")
 HEADER_SIZE = HEADER.size

@@ -21,11 +21,11 @@ from ..dsl.program import Program
 from ..dsl.types import BYTES, Field as ValueType, tensor
 from ..dtypes import DType
 from .format import MAX_CHUNK_BYTES
-from .schema import (DIGEST_BYTES, Check, DTypeName, Field, Hex, Int, Let, List, Obj, Path, Programs, Record, Run,
-                     SearchKind, Shape, Str, check_path, dumper, is_hex, is_int, parser, paused_gc)
+from .schema import (DIGEST_BYTES, Check, DTypeName, Field, Hex, Int, Let, List, Obj, Path, Programs, Ranges, Record,
+                     Run, SearchKind, Shape, Str, check_path, dumper, is_hex, is_int, parser, paused_gc, placements)
 
 __all__ = ["DIGEST_BYTES", "Chunk", "SegmentEntry", "FileEntry", "LinkEntry", "Index", "SearchKind", "check_path", "is_int",
-           "is_hex", "INDEX"]
+           "is_hex", "INDEX", "pieces"]
 
 
 @dataclass
@@ -50,6 +50,9 @@ class SegmentEntry:
     chunks: list[Chunk] = dataclasses.field(default_factory=list)
     search: dict = dataclasses.field(default_factory=dict)  # how the program was found (informative)
     base: dict | None = None  # {"file", "name", "sha256"}: the base tensor it is coded against
+    # A gathered segment: the byte spans of its file it holds, (offset,
+    # length) in file order, one after another (None: one span, in order).
+    ranges: tuple[tuple[int, int], ...] | None = None
 
     @property
     def value_type(self) -> ValueType:
@@ -76,6 +79,25 @@ class FileEntry:
     @property
     def stored(self) -> int:
         return sum(s.stored for s in self.segments)
+
+    def placements(self) -> list[tuple[tuple[int, int], ...]]:
+        """Where each segment's bytes lie in the file: (offset, length) pieces."""
+        return placements(self.segments, self.size)
+
+
+def pieces(placed: tuple[tuple[int, int], ...], start: int, length: int) -> list[tuple[int, int, int]]:
+    """Bytes [start, start + length) of a segment placed at `placed` (its
+    pieces in the file): (offset in the file, offset in those bytes,
+    length) of each part."""
+    out, at = [], 0
+    for off, n in placed:
+        lo, hi = max(start, at), min(start + length, at + n)
+        if lo < hi:
+            out.append((off + lo - at, lo - start, hi - lo))
+        at += n
+        if at >= start + length:
+            break
+    return out
 
 
 @dataclass
@@ -180,6 +202,12 @@ SEGMENT = Record("segment", SegmentEntry, where='f"{file_path}: segment {segment
     Check("segment_base is None or segment_dtype is not None", "malformed base reference"),
     Check("segment_base is not None or not any(p.uses_reference for p in segment_programs)",
           "coded against a base tensor it does not name"),
+    Field("ranges", "ranges", Ranges(), default="None", null=True, omit=True,
+          doc="a gathered segment (see Gathered byte spans): the byte spans of the file it holds, in file order; "
+              "absent: the segment is one span, placed in order"),
+    Check("segment_ranges is None or (segment_dtype is None and len(segment_ranges) > 0"
+          " and sum(r[1] for r in segment_ranges) == segment_length)",
+          "gathered ranges do not add up to the segment, or hold a tensor"),
 ])
 
 # What a file system's timestamp can hold (a 64-bit count of nanoseconds,
@@ -195,6 +223,8 @@ FILE = Record("file", FileEntry, where="file_path", where0='"file"', ident="path
     Field("segments", "segments", List(SEGMENT), doc="tiling the file, in order"),
     Check("file_size >= 0 and sum(s.length for s in file_segments) == file_size",
           "segments do not add up to the file size"),
+    Run("check_tiling(file_segments, file_size)",
+        "gathered ranges lie in the file, sorted and apart, and no other segment lies across one"),
     Field("mode", "mode", Int("0 <= {v} <= 0o7777", "malformed mode", doc="integer, 0 to 0o7777"),
           default="None", null=True, omit=True, doc="permission bits (absent: not recorded)"),
     Field("mtime", "mtime", Int(MTIME_RANGE, "malformed mtime", doc=MTIME_DOC), default="None", null=True,

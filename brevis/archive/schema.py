@@ -204,6 +204,19 @@ class Shape(Kind):
         return f"list({x})"
 
 
+class Ranges(Kind):
+    doc = "list of [offset, length] pairs of integers, length >= 1"
+
+    def parse(self, g, v, bad, name):
+        g.fail_unless(f"type({v}) is list and all(type(r) is list and len(r) == 2 and type(r[0]) is int"
+                      f" and type(r[1]) is int and r[0] >= 0 and r[1] >= 1 for r in {v})",
+                      g.about("malformed ranges"))
+        return f"tuple(tuple(r) for r in {v})"
+
+    def dump(self, x):
+        return f"[list(r) for r in {x}]"
+
+
 class Programs(Kind):
     """The segment's programs, each checked against value type `t` (an
     expression); also makes NAME_streams, the streams each one reads."""
@@ -505,6 +518,43 @@ def check_tree(files: list, dirs: list[str], links: list = ()) -> None:
         check_links(links, file_paths, paths)
 
 
+def check_tiling(segments: list, size: int) -> None:
+    """The segments tile their file: the ranges of gathered segments lie in
+    it, sorted and apart, and the other segments fill the rest in order,
+    none across a range (placements)."""
+    placements(segments, size)
+
+
+def placements(segments: list, size: int) -> list[tuple[tuple[int, int], ...]]:
+    """Where each segment's bytes lie in its file: (offset, length) pieces,
+    in the segment's order. A gathered segment lies at its `ranges`; the
+    others, in order, fill what the ranges leave, each in one piece."""
+    for s in segments:
+        if s.ranges and any(a[0] + a[1] > b[0] for a, b in zip(s.ranges, s.ranges[1:])):
+            fail("a gathered segment's ranges are not in file order")
+    taken = sorted((r for s in segments if s.ranges for r in s.ranges))
+    at = 0
+    for off, length in taken:
+        if off < at:
+            fail("gathered ranges overlap")
+        at = off + length
+    if at > size:
+        fail("a gathered range lies past the end of its file")
+    out, pos, k = [], 0, 0
+    for s in segments:
+        if s.ranges:
+            out.append(s.ranges)
+            continue
+        while k < len(taken) and taken[k][0] == pos:
+            pos += taken[k][1]
+            k += 1
+        if s.length and k < len(taken) and taken[k][0] < pos + s.length:
+            fail("a segment lies across a gathered range")
+        out.append(((pos, s.length),))
+        pos += s.length
+    return out
+
+
 def link_target(path: str, target: Any) -> str | None:
     """The archive path a link at `path` points at: `target` is relative to
     the link's folder, some `..` first, then names (no empty, `.` or `..`
@@ -540,6 +590,7 @@ def check_links(links: list, file_paths: set[str], paths: list[str]) -> None:
 
 
 _NAMESPACE = {"fail": fail, "programs": programs, "check_tree": check_tree, "check_path": check_path,
+              "check_tiling": check_tiling,
               "is_hex": is_hex, "dtypes": dtypes, "tensor": tensor, "BYTES": BYTES, "prod": math.prod,
               "MAX_CHUNK_BYTES": MAX_CHUNK_BYTES, "shape_fits": shape_fits, "peak_bytes": cached_peak,
               "MAX_DECODE_BYTES": MAX_DECODE_BYTES, "_MISSING": _MISSING}

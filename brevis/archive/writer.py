@@ -17,7 +17,7 @@ import zstandard
 
 from ..errors import BrevisError, FormatError, InvalidArgument, OutputExists
 from ..fs.atomic import io_failure, make_temp, publish, remove_stale
-from .format import LINKS_VERSION, FOOTER_SIZE, HEADER_SIZE, Footer, index_digest, max_entries, pack_header
+from .format import FOOTER_SIZE, HEADER_SIZE, Footer, index_digest, max_entries, pack_header, version_for
 from .index import Index
 from .schema import paused_gc
 
@@ -107,8 +107,9 @@ class ArchiveWriter:
             if self.sync_error is not None:
                 raise self.sync_error
             self.file.flush()
-            if index.links:  # readers of version 1 alone would drop the links: they must refuse it
-                os.pwrite(self.file.fileno(), pack_header(LINKS_VERSION), 0)
+            version = version_for(index)
+            if version > 1:  # readers of older versions would misread it: they must refuse it
+                os.pwrite(self.file.fileno(), pack_header(version), 0)
             os.fsync(self.file.fileno())
             publish(self.file.fileno(), self.tmp, self.path, replace=self.force)
             self.file.close()

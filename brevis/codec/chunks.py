@@ -28,7 +28,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..archive.index import DIGEST_BYTES
+from ..archive.index import DIGEST_BYTES, pieces
 from ..archive.reader import ArchiveReader
 from ..fs.atomic import io_failure
 from ..errors import BaseRequired, BrevisError, ChecksumError, FormatError, InvalidArgument
@@ -59,6 +59,7 @@ class ChunkDecoder:
         # their messages carry.
         self.checked: dict[tuple, str | None] = {}
         self.tensors: dict[int, object] = {}
+        self._placed: dict[int, list] = {}
         index = reader.index
         if index.base is None:
             return
@@ -87,6 +88,13 @@ class ChunkDecoder:
             raise ChecksumError(f"base tensor {ref['name']!r} differs from the one {path} was coded against: wrong base")
         return t
 
+    def placements(self, file: int) -> list[tuple[tuple[int, int], ...]]:
+        """Where file `file`'s segments lie in it (FileEntry.placements), kept."""
+        placed = self._placed.get(file)
+        if placed is None:
+            placed = self._placed[file] = self.reader.index.files[file].placements()
+        return placed
+
     def decode(self, seg, chunk, start: int):
         """The original bytes (uint8) of one chunk starting `start` bytes into its segment."""
         reference = None
@@ -95,6 +103,31 @@ class ChunkDecoder:
             ref = t.read(start, chunk.n * seg.itemsize)
             reference = np.frombuffer(ref, dtype=seg.value_type.container)
         return self.reader.decode_chunk(seg, chunk, reference)
+
+    def in_file_order(self, entry) -> list:
+        """What rebuilds a file front to back: (segment, chunk, start) to
+        decode, or bytes already decoded (the spans of its gathered
+        segments, decoded first, where they lie between the others)."""
+        placed = entry.placements()
+        spans = []  # (offset in the file, bytes) of every gathered span
+        for seg, where in zip(entry.segments, placed):
+            if seg.ranges:
+                data = b"".join(bytes(self.decode(*w)) for w in self.work_segment(seg))
+                at = 0
+                for off, n in where:
+                    spans.append((off, memoryview(data)[at:at + n]))
+                    at += n
+        spans.sort(key=lambda x: x[0])
+        out, k = [], 0
+        for seg, where in zip(entry.segments, placed):
+            if seg.ranges:
+                continue
+            while k < len(spans) and spans[k][0] < where[0][0]:
+                out.append(spans[k][1])
+                k += 1
+            out += self.work_segment(seg)
+        out += [data for _, data in spans[k:]]
+        return out
 
     @staticmethod
     def work_segment(seg) -> list[tuple]:
@@ -275,9 +308,9 @@ Sink = WriteInPlace | CompareWith | CheckOnly
 @dataclass(frozen=True)
 class DecodeJob:
     file: int  # index of the file entry
-    chunks: tuple[tuple[int, int], ...]  # (segment, chunk) pairs, consecutive in the file
-    offset: int  # where the first chunk's bytes go in the file
-    start: int  # ... and in its segment (for chunks coded against a base)
+    chunks: tuple[tuple[int, int], ...]  # (segment, chunk) pairs, consecutive in the file's segments
+    offset: int  # bytes of the file's segments before the first chunk, in segment order
+    start: int  # the first chunk's offset in its segment
     sink: Sink
 
 
@@ -317,15 +350,18 @@ def run_job(decoder: ChunkDecoder, job: DecodeJob) -> tuple[int, list[tuple[str 
         handle = sink.open()
     except Unreadable as e:
         return 0, [(None, str(e))]
-    segments = decoder.reader.index.files[job.file].segments
+    entry = decoder.reader.index.files[job.file]
+    segments = entry.segments
+    placed = decoder.placements(job.file)
     problems: list[tuple[str | None, str]] = []
-    offset, start, here = job.offset, job.start, job.chunks[0][0]
+    done, start, here = 0, job.start, job.chunks[0][0]
     try:
         for s, c in job.chunks:
             if s != here:
                 start, here = 0, s
             seg = segments[s]
             chunk = seg.chunks[c]
+            length = chunk.n * seg.itemsize
             key = None
             if isinstance(sink, CheckOnly) and not seg.programs[chunk.program].uses_reference:
                 key = (seg.programs[chunk.program], seg.value_type, chunk.n, tuple(chunk.streams), chunk.digest)
@@ -333,8 +369,7 @@ def run_job(decoder: ChunkDecoder, job: DecodeJob) -> tuple[int, list[tuple[str 
                 if found is not _UNSEEN:
                     if found is not None:
                         problems.append((seg.name, found))
-                    length = chunk.n * seg.itemsize
-                    offset += length
+                    done += length
                     start += length
                     continue
             try:
@@ -346,17 +381,18 @@ def run_job(decoder: ChunkDecoder, job: DecodeJob) -> tuple[int, list[tuple[str 
                 if key is not None:
                     decoder.checked[(key, seg.name)] = str(e)
             else:
-                problem = sink.put(handle, data, offset)
+                problem = None
+                for at, within, n in pieces(placed[s], start, length):
+                    problem = sink.put(handle, data[within:within + n] if n != length else data, at) or problem
                 if problem is not None:
                     problems.append((seg.name, problem))
                 elif key is not None:
                     decoder.checked[key] = None
-            length = chunk.n * seg.itemsize
-            offset += length
+            done += length
             start += length
     finally:
         sink.close(handle)
-    return offset - job.offset, problems
+    return done, problems
 
 
 _UNSEEN = object()

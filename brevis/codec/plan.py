@@ -32,7 +32,9 @@ from .base_model import Base, BaseTensor
 from ..dsl.program import Program
 from ..dsl.types import BYTES, Field, tensor
 from ..errors import InvalidArgument, IOFailure
+from ..archive.index import pieces
 from ..formats import Segment, layout
+from ..formats.gather import gather
 from ..fs.sources import Source, check_identity, read_exactly
 from ..synth.planner import Plan, Planner, SegmentInfo
 from ..synth.prior import Prior
@@ -98,6 +100,7 @@ def scan(source: Source) -> ScannedFile:
         with open(source.path, "rb") as f:
             st = os.fstat(f.fileno())
             fmt, segments = layout(f, st.st_size, source.name)
+            segments = gather(segments)
     except OSError as e:
         raise InvalidArgument(f"cannot read {source.path}: {e.strerror}") from None
     return ScannedFile(source, st.st_size, st.st_mtime_ns, fmt, segments, ino=st.st_ino, ctime_ns=st.st_ctime_ns,
@@ -113,9 +116,15 @@ def segment_info(f: ScannedFile, seg: Segment, chunk_bytes: int, base: Base | No
     itemsize = t.container.itemsize
     chunks = len(chunk_counts(seg.length // itemsize, itemsize, chunk_bytes, _row(seg)))
     ref = base.match(f.source.name, seg.name, seg.dtype, seg.shape) if base else None
-    return SegmentInfo(seg.name, t, seg.shape, seg.length, chunks,
-                       lambda off, n: f.read(seg.offset + off, n), seg.records,
+    return SegmentInfo(seg.name, t, seg.shape, seg.length, chunks, _reader(f, seg), seg.records,
                        ref.read if ref else None)
+
+
+def _reader(f: ScannedFile, seg: Segment):
+    """(offset, n) -> bytes of the segment's value (a gathered one's spans, back to back)."""
+    if seg.ranges is None:
+        return lambda off, n: f.read(seg.offset + off, n)
+    return lambda off, n: b"".join(f.read(at, k) for at, _, k in pieces(seg.ranges, off, n))
 
 
 def _row(seg: Segment) -> int:
@@ -164,7 +173,7 @@ class ChunkRef:
     segment's file, encoded with the segment's program."""
 
     segment: PlannedSegment
-    offset: int  # in the source file
+    offset: int  # in the source file (of a gathered segment: in its spans' bytes)
     n: int  # elements
     length: int  # bytes
 
@@ -179,7 +188,7 @@ class ChunkRef:
             else:  # an archive: decoded here, the bytes travel with the task
                 reference = ps.base.read(within, self.length)
         return ChunkTask(ps.file.path, self.offset, self.length, ps.type_name, ps.program_json,
-                         base_path, base_offset, reference, ps.file.scanned.identity())
+                         base_path, base_offset, reference, ps.file.scanned.identity(), ps.segment.ranges)
 
 
 def lay_out(scanned: list[ScannedFile], chunk_bytes: int) -> list[PlannedFile]:
@@ -191,7 +200,7 @@ def lay_out(scanned: list[ScannedFile], chunk_bytes: int) -> list[PlannedFile]:
             t = value_type(seg)
             ps = PlannedSegment(pf, seg, t, str(t))
             itemsize = t.container.itemsize
-            refs, offset = [], seg.offset
+            refs, offset = [], seg.offset if seg.ranges is None else 0
             for n in chunk_counts(seg.length // itemsize, itemsize, chunk_bytes, _row(seg)):
                 refs.append(ChunkRef(ps, offset, n, n * itemsize))
                 offset += n * itemsize
@@ -256,8 +265,8 @@ def _learn(planner: Planner, scanned: list[ScannedFile], pool: Pool, chunk_bytes
 
         def task(info: SegmentInfo) -> LearnTask:
             f, seg = places[id(info)]
-            return LearnTask(str(f.source.path), seg.offset, seg.length, seg.name, str(info.t), seg.shape,
-                             seg.records, info.chunks, planner.effort.level)
+            return LearnTask(str(f.source.path), seg.offset if seg.ranges is None else 0, seg.length, seg.name,
+                             str(info.t), seg.shape, seg.records, info.chunks, planner.effort.level, seg.ranges)
 
         def searched(_, chosen):
             tasks = [task(info) for info in chosen]

@@ -29,6 +29,9 @@ class Segment:
     # For a byte segment of fixed-size records (GGUF quantized blocks): the
     # [count, width] of each field, as the `records` operator takes them.
     records: tuple[tuple[int, int], ...] | None = None
+    # For a gathered byte segment (formats/gather.py): the (offset, length)
+    # spans of the file it holds, one after another; `offset` is the first's.
+    ranges: tuple[tuple[int, int], ...] | None = None
 
     @property
     def end(self) -> int:

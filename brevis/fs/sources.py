@@ -89,6 +89,21 @@ def read_at(path: str | os.PathLike, offset: int, length: int, what: str,
         os.close(fd)
 
 
+def read_pieces(path: str | os.PathLike, parts, what: str,
+                identity: tuple[int, int, int, int] | None = None) -> bytes:
+    """read_at of several (offset, _, length) parts of one file, joined (one open)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise InvalidArgument(f"cannot read {what}: {e.strerror}") from None
+    try:
+        if identity is not None:
+            check_identity(os.fstat(fd), identity, what)
+        return b"".join(read_exactly(fd, what, at, n) for at, _, n in parts)
+    finally:
+        os.close(fd)
+
+
 # Skipped in every walk unless default_excludes=False: version control
 # folders and Finder's folder settings, never part of a checkpoint (a
 # Hugging Face clone's .git/ holds a second copy of every LFS file).

@@ -33,7 +33,8 @@ from ..dsl.program import Program
 from ..dsl.types import Field, tensor
 from ..dtypes import lookup
 from ..errors import NotApplicable
-from ..fs.sources import read_at
+from ..archive.index import pieces
+from ..fs.sources import read_at, read_pieces
 from .shared import SharedBatch, write_batch_or_keep
 
 
@@ -50,6 +51,9 @@ class ChunkTask:
     # (inode, size, mtime, ctime) of the source as the scan found it: the
     # worker refuses to read another file, or one written since.
     identity: tuple[int, int, int, int] | None = None
+    # A chunk of a gathered segment: the segment's spans in the file, and
+    # `offset` is the chunk's in their bytes (formats/gather.py).
+    ranges: tuple[tuple[int, int], ...] | None = None
 
 
 @dataclass
@@ -103,14 +107,17 @@ def encode_repairing(program: Program, x: np.ndarray, t: Field,
     return Program(node, tuple(children)), streams
 
 
-def _read(path: str, offset: int, length: int, what: str, identity=None) -> bytes:
-    return read_at(path, offset, length, what, identity)  # one name for benchmarks/phases.py to wrap
+def _read(path: str, offset: int, length: int, what: str, identity=None, ranges=None) -> bytes:
+    """`length` bytes at `offset` of the file (of a gathered segment's spans, where `ranges`)."""
+    if ranges is None:
+        return read_at(path, offset, length, what, identity)  # one name for benchmarks/phases.py to wrap
+    return read_pieces(path, pieces(ranges, offset, length), what, identity)
 
 
 def run_chunk(task: ChunkTask) -> ChunkOutput:
     """Read, checksum and encode one chunk (in any process)."""
     t = parse_value_type(task.value_type)
-    data = _read(task.path, task.offset, task.length, task.path, task.identity)
+    data = _read(task.path, task.offset, task.length, task.path, task.identity, task.ranges)
     key = hashlib.sha256(data).digest() + task.value_type.encode()
     planned = parse_program(task.program)
     x = np.frombuffer(data, dtype=t.container)
@@ -145,6 +152,7 @@ class LearnTask:
     records: tuple[tuple[int, int], ...] | None
     chunks: int
     effort: int
+    ranges: tuple[tuple[int, int], ...] | None = None  # as in ChunkTask
 
 
 def run_learn(task: LearnTask) -> tuple[str, float, int, int, bool, float | None]:
@@ -155,7 +163,8 @@ def run_learn(task: LearnTask) -> tuple[str, float, int, int, bool, float | None
     from ..synth.planner import Planner, SegmentInfo
 
     info = SegmentInfo(task.name, parse_value_type(task.value_type), task.shape, task.length, task.chunks,
-                       lambda off, n: _read(task.path, task.offset + off, n, task.path), task.records)
+                       lambda off, n: _read(task.path, task.offset + off, n, task.path, ranges=task.ranges),
+                       task.records)
     result, relative = Planner(task.effort).learn_one(info)
     return (json.dumps(result.program.to_json()), result.estimate, result.expanded, result.generated,
             result.exhausted, relative)
