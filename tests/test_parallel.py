@@ -122,8 +122,8 @@ def test_task_reads_its_own_bytes(tmp_path):
     task = jobs.ChunkTask(str(f), 4, len(data), "F16", program)
     assert pickle.loads(pickle.dumps(task)) == task
     out = jobs.run_chunk(task)
-    import hashlib
-    assert out.key == hashlib.sha256(data).digest() + b"F16"
+    from blake3 import blake3
+    assert out.key == blake3(data).digest() + b"F16"
     assert out.program is None and len(out.streams) == 1 and out.pid == os.getpid()
     with pytest.raises(InvalidArgument, match=f"cannot read {tmp_path / 'nope'}: No such file"):
         jobs.run_chunk(jobs.ChunkTask(str(tmp_path / "nope"), 0, 10, "u8", program))

@@ -15,6 +15,8 @@ import hashlib
 import struct
 from dataclasses import dataclass
 
+from blake3 import blake3
+
 from ..errors import FormatError, TruncatedError, UnsupportedVersion
 
 MAGIC = b"\x89BRV\r\n\x1a\n"
@@ -23,18 +25,31 @@ VERSION = 3  # the newest version this Brevis reads and writes
 # Version 2 is version 1 with symbolic links in the index (`links`): written
 # only for an archive that holds links, so that a reader that knows version
 # 1 alone refuses it ("upgrade Brevis") rather than dropping its links.
-# Version 3 adds gathered segments (`ranges`), written only for an archive
-# that has one, for the same reason: an older reader would put their bytes
-# in the wrong places. Every other archive is written as version 1, as before.
+# Version 3 checks chunks with BLAKE3 instead of SHA-256 (6.5 against 1.8
+# GB/s on one core here: SHA-256 was 14 % of decoding minilm) and may hold
+# gathered segments (`ranges`). Every archive is written as version 3; a
+# reader of versions 1 and 2 alone refuses it ("upgrade Brevis").
 LINKS_VERSION = 2
-GATHER_VERSION = 3
+BLAKE3_VERSION = GATHER_VERSION = 3
 
 
-def version_for(index) -> int:
-    """The oldest format version that holds everything in `index`."""
-    if any(s.ranges for f in index.files for s in f.segments):
-        return GATHER_VERSION
-    return LINKS_VERSION if index.links else 1
+def check_header(data: bytes) -> int:
+    """The format version of a header (FormatError, UnsupportedVersion)."""
+    return _check_header(data)
+
+
+def chunk_digester(version: int):
+    """The digest of a chunk's original bytes in archives of this version:
+    data -> its first DIGEST_BYTES bytes."""
+    if version >= BLAKE3_VERSION:
+        return lambda data: blake3(data).digest(DIGEST_BYTES)
+    return lambda data: hashlib.sha256(data).digest()[:DIGEST_BYTES]
+
+
+def chunk_digest(data) -> bytes:
+    """The digest of a chunk's original bytes in the archives Brevis writes (VERSION)."""
+    return blake3(data).digest(DIGEST_BYTES)
+DIGEST_BYTES = 16  # of a chunk's digest
 HEADER = struct.Struct("<8sHHI")
 FOOTER = struct.Struct("<QQQ16s8s")
 HEADER_SIZE = HEADER.size
@@ -86,11 +101,11 @@ def shape_fits(shape, itemsize: int) -> bool:
     return True
 
 
-def pack_header(version: int = 1) -> bytes:
+def pack_header(version: int = VERSION) -> bytes:
     return HEADER.pack(MAGIC, version, 0, 0)
 
 
-def check_header(data: bytes) -> None:
+def _check_header(data: bytes) -> int:
     if len(data) < HEADER_SIZE:
         if MAGIC.startswith(data[: len(MAGIC)]):
             raise TruncatedError("archive ends inside its header")
@@ -107,6 +122,7 @@ def check_header(data: bytes) -> None:
         raise FormatError(f"unknown header flags {flags:#x}")
     if reserved:
         raise FormatError("reserved header bytes are not zero")
+    return version
 
 
 def index_digest(stored_index: bytes) -> bytes:

@@ -33,7 +33,7 @@ class Chunk:
     program: int  # index into the segment's programs
     n: int  # elements
     streams: list[tuple[int, int, int]]  # (offset, length, CRC-32 of the stored bytes)
-    digest: bytes  # first 16 bytes of the SHA-256 of the original bytes
+    digest: bytes  # first 16 bytes of the BLAKE3 (SHA-256 before version 3) of the original bytes
 
     @property
     def stored(self) -> int:
@@ -161,7 +161,8 @@ CHUNK = Record("chunk", Chunk, array=True, malformed="malformed chunk", doc=(
                              message="chunk has the wrong number of streams", doc="as many as the program reads"),
           doc="one per leaf of the program, in order"),
     Field(3, "digest", Hex(DIGEST_BYTES, raw=True, message="malformed checksum"),
-          doc="first 16 bytes of the SHA-256 of the chunk's original bytes"),
+          doc="first 16 bytes of the BLAKE3 (format version 3; SHA-256 in versions 1 and 2) of the chunk's "
+              "original bytes"),
     Check("segment_peaks[chunk_program] * chunk_n <= MAX_DECODE_BYTES",
           "chunk of {chunk_n!r} elements would take more than MAX_DECODE_BYTES to decode with its program"),
 ])

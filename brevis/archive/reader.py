@@ -5,7 +5,6 @@ Streams are read with pread, so one reader serves many threads.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import zlib
@@ -16,7 +15,7 @@ import zstandard
 
 from ..dsl.interpreter import decode
 from ..errors import BrevisError, ChecksumError, FormatError, InvalidArgument, IOFailure, TruncatedError
-from .format import FOOTER_SIZE, HEADER_SIZE, Footer, check_header, index_digest, max_entries
+from .format import FOOTER_SIZE, HEADER_SIZE, Footer, check_header, chunk_digester, index_digest, max_entries
 from .index import DIGEST_BYTES, Chunk, Index, SegmentEntry
 from .schema import paused_gc
 
@@ -36,8 +35,6 @@ def count_entries(index: Index) -> int:
         len(f.segments) + sum(len(s.chunks) for s in f.segments) for f in index.files)
 
 
-def chunk_digest(data) -> bytes:
-    return hashlib.sha256(data).digest()[:DIGEST_BYTES]
 
 
 class ArchiveReader:
@@ -60,7 +57,8 @@ class ArchiveReader:
             raise
 
     def _read_index(self) -> Index:
-        check_header(self.read(0, min(self.size, HEADER_SIZE), allow_short=True))
+        self.version = check_header(self.read(0, min(self.size, HEADER_SIZE), allow_short=True))
+        self.chunk_digest = chunk_digester(self.version)
         if self.size < HEADER_SIZE + FOOTER_SIZE:
             raise TruncatedError("archive ends before its footer")
         self.footer = Footer.unpack(self.read(self.size - FOOTER_SIZE, FOOTER_SIZE), self.size)
@@ -124,7 +122,7 @@ class ArchiveReader:
         except (ValueError, TypeError, IndexError, OverflowError, MemoryError) as e:
             raise FormatError(f"segment {seg.name!r}: a stream does not decode ({e})") from None
         data = values.view(np.uint8)
-        if chunk_digest(data) != chunk.digest:
+        if self.chunk_digest(data) != chunk.digest:
             raise ChecksumError(f"segment {seg.name!r}: decoded bytes do not match their checksum")
         return data
 

@@ -45,9 +45,7 @@ from ..dsl.memory import MAX_DECODE_BYTES, cached_peak
 from ..dsl.program import Program
 from ..dsl.types import BYTES, tensor
 from ..errors import FormatError, ProgramError
-from .format import MAX_CHUNK_BYTES, MAX_DIMS, shape_fits
-
-DIGEST_BYTES = 16
+from .format import DIGEST_BYTES, MAX_CHUNK_BYTES, MAX_DIMS, shape_fits
 
 REQUIRED = object()  # a Field's default: the key must be there
 _MISSING = object()

@@ -17,7 +17,6 @@ the worker processes themselves (start, signals, death) in processes.py.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import zlib
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+from blake3 import blake3
 
 from ..dsl.interpreter import forward
 from ..dsl.memory import chunk_fits
@@ -58,7 +58,7 @@ class ChunkTask:
 
 @dataclass
 class ChunkOutput:
-    key: bytes  # full SHA-256 of the original bytes, then the value type
+    key: bytes  # BLAKE3 (32 bytes) of the original bytes, then the value type
     program: str | None  # JSON of the program that ran; None: the task's own program
     streams: list[bytes] | None  # None when they are in shared memory (spans)
     crcs: list[int]  # CRC-32 of each stream
@@ -118,7 +118,7 @@ def run_chunk(task: ChunkTask) -> ChunkOutput:
     """Read, checksum and encode one chunk (in any process)."""
     t = parse_value_type(task.value_type)
     data = _read(task.path, task.offset, task.length, task.path, task.identity, task.ranges)
-    key = hashlib.sha256(data).digest() + task.value_type.encode()
+    key = blake3(data).digest() + task.value_type.encode()
     planned = parse_program(task.program)
     x = np.frombuffer(data, dtype=t.container)
     reference = None

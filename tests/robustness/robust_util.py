@@ -8,7 +8,6 @@ every fuzzer uses, and subprocess helpers that measure peak RSS.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -34,6 +33,7 @@ from brevis.dsl.program import Program  # noqa: E402
 from brevis.dsl.types import BYTES, tensor  # noqa: E402
 from brevis import dtypes  # noqa: E402
 from brevis.errors import BrevisError  # noqa: E402
+from brevis.archive.format import chunk_digest
 from helpers import deadline, join, small_checkpoint, split, tree, write_safetensors  # noqa: E402,F401
 
 PTH = REPO / "examples" / "taesd" / "taef2_decoder.pth"
@@ -123,7 +123,7 @@ def operator_archive(path: Path, chunk_elements: int = 64) -> bytes:
                 part = x[start:start + per]
                 streams = encode(program, part, t)
                 located = [writer.write_stream(s, zlib.crc32(s)) for s in streams]
-                digest = hashlib.sha256(part.view(np.uint8)).digest()[:16]
+                digest = chunk_digest(part.view(np.uint8))
                 seg.chunks.append(Chunk(0, len(part), located, digest))
             entry.segments.append(seg)
             original += x.view(np.uint8).tobytes()

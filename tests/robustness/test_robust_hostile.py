@@ -8,7 +8,6 @@ Memory and time bounds are in test_robust_memory.py.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import signal
@@ -35,6 +34,7 @@ from brevis.errors import BrevisError, FormatError, InvalidArgument, IOFailure, 
 from brevis.fs import atomic
 from brevis.fs.staging import remove_tree
 from brevis.synth.prior import Prior
+from brevis.archive.format import chunk_digest
 from robust_util import ENV, REPO, join, run_measured, split, tree, write_safetensors
 
 BREVIS = [sys.executable, "-m", "brevis"]
@@ -154,7 +154,7 @@ def two_file_index(writer: ArchiveWriter) -> Index:
     for name, data in (("a", b"aaaa"), ("b", b"bbbb")):
         where = writer.write_stream(data, zlib.crc32(data))
         seg = SegmentEntry("", None, None, len(data), [program],
-                           [Chunk(0, len(data), [where], hashlib.sha256(data).digest()[:16])])
+                           [Chunk(0, len(data), [where], chunk_digest(data))])
         files.append(FileEntry(name, len(data), "bytes", [seg]))
     return Index(files, [], "test")
 

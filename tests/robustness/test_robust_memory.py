@@ -12,7 +12,6 @@ the figures printed are the ones README's "Limits" states.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -38,6 +37,7 @@ from brevis.dsl.interpreter import decode, encode
 from brevis.dsl.operator import REGISTRY, Operator
 from brevis.dsl.program import Program
 from brevis.dsl.types import BYTES, Field, tensor
+from brevis.archive.format import chunk_digest
 from robust_util import ENV, join, split
 
 MiB = 1 << 20
@@ -191,7 +191,7 @@ def chunk_archive(path: Path, program_json, t, values: np.ndarray, chunks: int, 
     program = Program.from_json(program_json)
     program.check(t)
     streams = row_dedup_streams(len(values)) if program_json[0] == "row_dedup" else encode(program, values, t)
-    digest = hashlib.sha256(values.view(np.uint8)).digest()[:16]
+    digest = chunk_digest(values.view(np.uint8))
     with ArchiveWriter(path, force=True) as w:
         located = [w.write_stream(s, zlib.crc32(s)) for s in streams]
         total = values.nbytes * chunks
@@ -274,7 +274,7 @@ def test_worst_archive_through_open_and_extract(worst, tmp_path):
 def constant_chunks_archive(path: Path, chunks: int, n: int, digest: bytes | None = None) -> None:
     """`chunks` constant chunks of n zero bytes (no streams at all)."""
     head = fmt.pack_header()
-    digest = (digest or hashlib.sha256(bytes(n)).digest()[:16]).hex()
+    digest = (digest or chunk_digest(bytes(n))).hex()
     entry = json.dumps([0, n, [], digest], separators=(",", ":"))
     total = chunks * n
     raw = ('{"created_by":"bomb","dirs":[],"files":[{"path":"z.bin","size":%d,"format":"bytes","segments":'
@@ -344,7 +344,7 @@ def test_a_declared_huge_tensor(tmp_path):
     chunks = -(-size // CHUNK)
     path = tmp_path / "huge.brv"
     head = fmt.pack_header()
-    digest = hashlib.sha256(bytes(CHUNK)).digest()[:16].hex()
+    digest = chunk_digest(bytes(CHUNK)).hex()
     total = chunks * CHUNK
     entry = json.dumps([0, CHUNK, [], digest], separators=(",", ":"))
     raw = json.dumps({"created_by": "bomb", "dirs": [], "files": [{"path": "m.safetensors", "size": total,
