@@ -32,7 +32,7 @@ __all__ = ["DIGEST_BYTES", "Chunk", "SegmentEntry", "FileEntry", "LinkEntry", "I
 class Chunk:
     program: int  # index into the segment's programs
     n: int  # elements
-    streams: list[tuple[int, int, int]]  # (offset, length, CRC-32 of the stored bytes)
+    streams: list[tuple[int, int, int]]  # (offset, length, check of the stored bytes: format.stream_checker)
     digest: bytes  # first 16 bytes of the BLAKE3 (SHA-256 before version 3) of the original bytes
 
     @property
@@ -141,11 +141,11 @@ class Index:
 # start and end (the stream region).
 
 STREAM = Record("stream", tuple, array=True, malformed="malformed stream location", doc=(
-    "where a stream lies: its offset in the archive, its stored length, the CRC-32 (zlib's) of its "
-    "stored bytes."), items=[
+    "where a stream lies: its offset in the archive, its stored length, the check of its stored bytes "
+    "(format version 3: the low 32 bits of XXH3-64; versions 1 and 2: zlib's CRC-32)."), items=[
     Field(0, "offset", Int(doc="integer, from the end of the header"), doc="absolute offset"),
     Field(1, "length", Int(doc="integer >= 0"), doc="stored bytes"),
-    Field(2, "crc", Int(doc="integer below 2^32"), doc="CRC-32 of the stored bytes"),
+    Field(2, "crc", Int(doc="integer below 2^32"), doc="check of the stored bytes (XXH3-64 low 32 bits, or CRC-32)"),
     Check("start <= stream_offset and stream_length >= 0 and stream_offset + stream_length <= end",
           "stream lies outside the stream region"),
     Check("0 <= stream_crc < 4294967296", "malformed stream checksum"),

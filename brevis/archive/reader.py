@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,7 @@ import zstandard
 
 from ..dsl.interpreter import decode
 from ..errors import BrevisError, ChecksumError, FormatError, InvalidArgument, IOFailure, TruncatedError
-from .format import FOOTER_SIZE, HEADER_SIZE, Footer, check_header, chunk_digester, index_digest, max_entries
+from .format import FOOTER_SIZE, HEADER_SIZE, Footer, check_header, chunk_digester, index_digest, max_entries, stream_checker
 from .index import DIGEST_BYTES, Chunk, Index, SegmentEntry
 from .schema import paused_gc
 
@@ -59,6 +58,7 @@ class ArchiveReader:
     def _read_index(self) -> Index:
         self.version = check_header(self.read(0, min(self.size, HEADER_SIZE), allow_short=True))
         self.chunk_digest = chunk_digester(self.version)
+        self.stream_check = stream_checker(self.version)
         if self.size < HEADER_SIZE + FOOTER_SIZE:
             raise TruncatedError("archive ends before its footer")
         self.footer = Footer.unpack(self.read(self.size - FOOTER_SIZE, FOOTER_SIZE), self.size)
@@ -113,7 +113,7 @@ class ArchiveReader:
         a chunk coded against a base."""
         streams = self._stored(chunk.streams)
         for k, ((off, _, crc), data) in enumerate(zip(chunk.streams, streams)):
-            if zlib.crc32(data) != crc:
+            if self.stream_check(data) != crc:
                 raise ChecksumError(f"segment {seg.name!r}: stream {k} at offset {off} is damaged")
         try:
             values = decode(seg.programs[chunk.program], seg.value_type, chunk.n, streams, reference)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -33,6 +32,7 @@ from ..dsl.program import Program
 from ..dsl.types import Field, tensor
 from ..dtypes import lookup
 from ..errors import NotApplicable
+from ..archive.format import stream_check
 from ..archive.index import pieces
 from ..fs.sources import read_at, read_pieces
 from .shared import SharedBatch, write_batch_or_keep
@@ -61,7 +61,7 @@ class ChunkOutput:
     key: bytes  # BLAKE3 (32 bytes) of the original bytes, then the value type
     program: str | None  # JSON of the program that ran; None: the task's own program
     streams: list[bytes] | None  # None when they are in shared memory (spans)
-    crcs: list[int]  # CRC-32 of each stream
+    crcs: list[int]  # the check of each stream (format.stream_check)
     pid: int  # the process that encoded it
     spans: list[tuple[int, int]] | None = None  # (offset, length) of each stream in the batch's shared memory
 
@@ -135,7 +135,7 @@ def run_chunk(task: ChunkTask) -> ChunkOutput:
         # Never larger than the data itself, nor costlier to decode than readers accept (dsl/memory.py).
         program, streams = _plain()[0], [data]
     ran = None if program is planned or program == planned else json.dumps(program.to_json())
-    return ChunkOutput(key, ran, streams, [zlib.crc32(s) for s in streams], os.getpid())
+    return ChunkOutput(key, ran, streams, [stream_check(s) for s in streams], os.getpid())
 
 
 @dataclass(frozen=True)

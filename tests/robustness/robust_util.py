@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +32,7 @@ from brevis.dsl.program import Program  # noqa: E402
 from brevis.dsl.types import BYTES, tensor  # noqa: E402
 from brevis import dtypes  # noqa: E402
 from brevis.errors import BrevisError  # noqa: E402
-from brevis.archive.format import chunk_digest
+from brevis.archive.format import chunk_digest, stream_check
 from helpers import deadline, join, small_checkpoint, split, tree, write_safetensors  # noqa: E402,F401
 
 PTH = REPO / "examples" / "taesd" / "taef2_decoder.pth"
@@ -56,7 +55,7 @@ def reseal_crcs(head: bytes, index: dict) -> dict:
                 for loc in c[2]:
                     if (isinstance(loc, list) and len(loc) == 3 and all(type(v) is int for v in loc)
                             and 0 <= loc[0] <= loc[0] + loc[1] <= len(head)):
-                        loc[2] = zlib.crc32(head[loc[0]:loc[0] + loc[1]])
+                        loc[2] = stream_check(head[loc[0]:loc[0] + loc[1]])
     return index
 
 
@@ -122,7 +121,7 @@ def operator_archive(path: Path, chunk_elements: int = 64) -> bytes:
             for start in range(0, len(x), per):
                 part = x[start:start + per]
                 streams = encode(program, part, t)
-                located = [writer.write_stream(s, zlib.crc32(s)) for s in streams]
+                located = [writer.write_stream(s, stream_check(s)) for s in streams]
                 digest = chunk_digest(part.view(np.uint8))
                 seg.chunks.append(Chunk(0, len(part), located, digest))
             entry.segments.append(seg)

@@ -14,7 +14,6 @@ Peak RSS is measured per child process with wait4.
 from __future__ import annotations
 
 import shutil
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ from brevis.archive.reader import ArchiveReader
 from brevis.archive.writer import ArchiveWriter
 from brevis.dsl.program import Program
 from brevis.errors import BrevisError, FormatError
-from brevis.archive.format import chunk_digest
+from brevis.archive.format import chunk_digest, stream_check
 from robust_util import join, run_measured, split
 
 MiB = 1 << 20
@@ -45,7 +44,7 @@ def bytes_archive(path: Path, total: int, chunk: int, stream: bytes, digest: byt
     """One file of `total` bytes in chunks of `chunk` bytes, every chunk naming the same one stream."""
     program = Program.from_json(ZSTD)
     with ArchiveWriter(path, force=True) as w:
-        where = w.write_stream(stream, zlib.crc32(stream))
+        where = w.write_stream(stream, stream_check(stream))
         seg = SegmentEntry("", None, None, total, [program])
         seg.chunks = [Chunk(0, chunk, [where], digest) for _ in range(total // chunk)]
         w.finish(Index([FileEntry(name, total, "bytes", [seg])], [], "bomb"))

@@ -15,7 +15,6 @@ import struct
 import subprocess
 import sys
 import time
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +33,7 @@ from brevis.errors import BrevisError, FormatError, InvalidArgument, IOFailure, 
 from brevis.fs import atomic
 from brevis.fs.staging import remove_tree
 from brevis.synth.prior import Prior
-from brevis.archive.format import chunk_digest
+from brevis.archive.format import chunk_digest, stream_check
 from robust_util import ENV, REPO, join, run_measured, split, tree, write_safetensors
 
 BREVIS = [sys.executable, "-m", "brevis"]
@@ -152,7 +151,7 @@ def two_file_index(writer: ArchiveWriter) -> Index:
     program = Program.from_json(["raw", {}])
     files = []
     for name, data in (("a", b"aaaa"), ("b", b"bbbb")):
-        where = writer.write_stream(data, zlib.crc32(data))
+        where = writer.write_stream(data, stream_check(data))
         seg = SegmentEntry("", None, None, len(data), [program],
                            [Chunk(0, len(data), [where], chunk_digest(data))])
         files.append(FileEntry(name, len(data), "bytes", [seg]))

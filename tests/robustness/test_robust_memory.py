@@ -21,7 +21,6 @@ import tempfile
 import threading
 import time
 import tracemalloc
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +36,7 @@ from brevis.dsl.interpreter import decode, encode
 from brevis.dsl.operator import REGISTRY, Operator
 from brevis.dsl.program import Program
 from brevis.dsl.types import BYTES, Field, tensor
-from brevis.archive.format import chunk_digest
+from brevis.archive.format import chunk_digest, stream_check
 from robust_util import ENV, join, split
 
 MiB = 1 << 20
@@ -193,7 +192,7 @@ def chunk_archive(path: Path, program_json, t, values: np.ndarray, chunks: int, 
     streams = row_dedup_streams(len(values)) if program_json[0] == "row_dedup" else encode(program, values, t)
     digest = chunk_digest(values.view(np.uint8))
     with ArchiveWriter(path, force=True) as w:
-        located = [w.write_stream(s, zlib.crc32(s)) for s in streams]
+        located = [w.write_stream(s, stream_check(s)) for s in streams]
         total = values.nbytes * chunks
         d = dtypes.lookup(dtype) if dtype else None
         seg = SegmentEntry("t" if d else "", d, (total // d.itemsize,) if d else None, total, [program],
@@ -404,7 +403,7 @@ def test_a_program_whose_nesting_holds_too_much_is_refused(tmp_path, monkeypatch
         assert peak_bytes(program, t) * n > MAX_DECODE_BYTES
         path = tmp_path / f"{name}.brv"
         with ArchiveWriter(path) as w:  # refused from the index: the streams need not decode
-            where = w.write_stream(b"x", zlib.crc32(b"x"))
+            where = w.write_stream(b"x", stream_check(b"x"))
             d = dtypes.lookup(dtype) if dtype else None
             length = n * t.container.itemsize
             seg = SegmentEntry("t" if d else "", d, (n,) if d else None, length, [program],
