@@ -205,59 +205,41 @@ def _width(t: Field) -> int:
 
 
 def _encode_block(values: np.ndarray, t: Field) -> bytes:
-    """One block: its model, rANS part and offsets."""
+    """One block: its model, rANS part and offsets (in C where built; the
+    same bytes in Python)."""
     n = len(values)
     width = _width(t)
+    if _rans is not None:
+        return _rans.encode_block(values, width, t.bits, BIN_COST, NODE_COST)
     shift = max(0, t.bits - KEY_BITS)
     key_bits = t.bits - shift
-    if _rans is not None:
-        codes, firsts, levels, _, bin_counts = _rans.trie_values(values, width, shift, key_bits, BIN_COST, NODE_COST)
-        codes = list(codes)
-        first = np.frombuffer(firsts, dtype=np.uint32).astype(np.int64)
-        level = np.frombuffer(levels, dtype=np.uint8).astype(np.int64)
-        counts = np.frombuffer(bin_counts, dtype=np.int64)
-    else:
-        key_counts = np.bincount((values >> values.dtype.type(shift)).astype(np.intp), minlength=1 << key_bits)
-        codes, bins = trie_of_counts(key_counts, key_bits)
-        first = np.array([b[0] for b in bins], dtype=np.int64)
-        level = np.array([b[1] for b in bins], dtype=np.int64)
-        counts = np.add.reduceat(key_counts, first)
+    key_counts = np.bincount((values >> values.dtype.type(shift)).astype(np.intp), minlength=1 << key_bits)
+    codes, bins = trie_of_counts(key_counts, key_bits)
+    first = np.array([b[0] for b in bins], dtype=np.int64)
+    level = np.array([b[1] for b in bins], dtype=np.int64)
+    counts = np.add.reduceat(key_counts, first)
     # Each key's bin: the bins tile the occupied keys in increasing order.
-    if _rans is not None:
-        rank = np.frombuffer(_rans.ranks(values, width, shift, first.astype(np.uint32)), dtype=np.uint16)
-    else:
-        starts = np.zeros(1 << key_bits, dtype=np.int32)
-        starts[first] = 1
-        rank = (np.cumsum(starts) - 1).astype(np.uint16)[values >> values.dtype.type(shift)]
+    starts = np.zeros(1 << key_bits, dtype=np.int32)
+    starts[first] = 1
+    rank = (np.cumsum(starts) - 1).astype(np.uint16)[values >> values.dtype.type(shift)]
     p = precision(n, len(first))
     freq = normalize(counts, p)
     cum = np.concatenate(([0], np.cumsum(freq)[:-1]))
     lower = (first << shift).astype(np.uint32)
     obits = (level + shift).astype(np.uint8)
-    args = (rank, values, width, freq.astype(np.uint32), cum.astype(np.uint32), lower, obits, p)
-    body, offsets = (_rans.encode if _rans else _encode_py)(*args)
+    body, offsets = _encode_py(rank, values, width, freq.astype(np.uint32), cum.astype(np.uint32), lower, obits, p)
     model = bytes([p]) + _pack_codes(codes) + _varint((freq - 1).tolist())
     return model + _varint([len(body)]) + body + offsets
 
 
 def _decode_block(data: memoryview, t: Field, out: np.ndarray) -> None:
-    """Decode one block into out (len(out) values)."""
+    """Decode one block into out (len(out) values), in Python (the C
+    extension decodes whole streams: _rans.decode_stream)."""
     n = len(out)
     if not len(data):
         raise FormatError("ans stream: empty block")
     shift = max(0, t.bits - KEY_BITS)
     width = _width(t)
-    if _rans is not None:
-        try:
-            p, firsts, levels, freqs, pos, length = _rans.read_model(data, t.bits - shift)
-            freq = np.frombuffer(freqs, dtype=np.uint32)
-            cum = (np.cumsum(freq, dtype=np.uint32) - freq).astype(np.uint32)
-            lower = np.frombuffer(firsts, dtype=np.uint32) << np.uint32(shift)
-            obits = np.frombuffer(levels, dtype=np.uint8) + np.uint8(shift)
-            _rans.decode(data[pos: pos + length], data[pos + length:], n, width, freq, cum, lower, obits, p, out)
-        except ValueError as e:
-            raise FormatError(f"ans stream: {e}") from None
-        return
     p = data[0]
     if not 1 <= p <= 16:
         raise FormatError(f"ans stream: precision {p} out of range")

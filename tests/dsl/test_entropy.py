@@ -42,6 +42,17 @@ def test_c_and_python_agree_and_round_trip(kind, n, bits, monkeypatch):
     assert np.array_equal(Ans().decode(memoryview(stream), n, t), x)
 
 
+@pytest.mark.parametrize("bits", [16, 32])
+def test_c_and_python_agree_on_a_block_of_many_values(bits, monkeypatch):
+    """At least as many values as keys: the C loops count keys in four histograms."""
+    t, x = Field(bits), values("bell", 70_000, bits, seed=8)
+    monkeypatch.setattr(entropy, "choose_block", lambda values, t: 0)
+    stream = Ans().encode(x, t)
+    assert np.array_equal(Ans().decode(memoryview(stream), len(x), t), x)
+    monkeypatch.setattr(entropy, "_rans", None)
+    assert Ans().encode(x, t) == stream
+
+
 def test_skewed_fields_cost_their_entropy():
     """A field with one bit of information a value costs about one bit (Huffman
     cannot go below one bit for the likeliest symbol; rANS can)."""
