@@ -179,7 +179,8 @@ class Brevis(Codec):
     work as file to file on tmpfs. Decompression in memory decodes every
     chunk into one buffer per file with the library's own job runner (the
     same jobs, threads or worker processes as `brevis.decompress`), every
-    chunk's CRC-32s and SHA-256 checked, no file written."""
+    chunk's stream checks and digest checked (the archive's format version's:
+    XXH3 and BLAKE3 in version 3), no file written."""
 
     name, label = "brevis", "Brevis"
     reads_files = True
