@@ -77,16 +77,7 @@ def read_at(path: str | os.PathLike, offset: int, length: int, what: str,
     bytes so); InvalidArgument if it cannot be opened. With `identity`
     (ScannedFile.identity), IOFailure where the file opened is not that one
     any more (replaced, or written since the scan)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as e:
-        raise InvalidArgument(f"cannot read {what}: {e.strerror}") from None
-    try:
-        if identity is not None:
-            check_identity(os.fstat(fd), identity, what)
-        return read_exactly(fd, what, offset, length)
-    finally:
-        os.close(fd)
+    return read_pieces(path, [(offset, 0, length)], what, identity)
 
 
 def read_pieces(path: str | os.PathLike, parts, what: str,
