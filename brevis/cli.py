@@ -42,9 +42,6 @@ from .workers import open_workers
 from .workers.pool import default_threads
 from .fs.sources import collect  # noqa: E402
 
-if _GUARD_IMPORTS:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-
 EXIT_INTERRUPTED = 130
 EXIT_INTERNAL = 70
 EXIT_USAGE = 2
@@ -673,9 +670,14 @@ def _usage_message(e: click.ClickException) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv, debug, as_json = _split_flags(list(argv if argv is not None else sys.argv[1:]))
-    signal.signal(signal.SIGTERM, _terminate)
+    debug = as_json = False
     try:
+        if _GUARD_IMPORTS:
+            # The guard held until here: the rest of this module (click building
+            # its commands) runs after the imports and was as exposed.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        argv, debug, as_json = _split_flags(list(argv if argv is not None else sys.argv[1:]))
+        signal.signal(signal.SIGTERM, _terminate)
         cli.main(args=argv, prog_name="brevis", standalone_mode=False)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)

@@ -229,6 +229,8 @@ static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_
     for (Py_ssize_t r = 0; r < bins; r++) {
         if (freq[r] == 0 || cum[r] != total || freq[r] > M - total || obits[r] > 8 * width) return "bad model";
         for (uint32_t j = 0; j < freq[r]; j++) slots[total + j] = (uint16_t)r;
+        if (P <= 15 && n >= BATCH)  /* the fast path's slots: frequency and bias (the slot less the bin's cum) */
+            for (uint32_t j = 0; j < freq[r]; j++) packed[total + j] = freq[r] | j << 16;
         table[r].freq = freq[r]; table[r].cum = cum[r]; table[r].lower = lower[r]; table[r].obits = obits[r];
         total += freq[r];
     }
@@ -273,10 +275,6 @@ static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_
     if (!bad && P <= 15 && n >= BATCH) {
         fast_t f;
         f.packed = packed; f.ranks = slots; f.otab = otab; f.P = P; f.mask = mask;
-        for (uint32_t s = 0; s < M; s++) {
-            const bin_t *bn = &table[slots[s]];
-            f.packed[s] = bn->freq | (s - bn->cum) << 16;
-        }
         int widths = 0;
         for (Py_ssize_t r = 0; r < bins; r++) {
             widths |= table[r].obits;
