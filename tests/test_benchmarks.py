@@ -177,6 +177,6 @@ def test_phases_times_each_phase_and_the_floor(tmp_path):
     cells = [c.strip() for c in row.strip("|").split("|")]
     total, phases = float(cells[2]), [float(c) for c in cells[3:9]]
     assert total > 0 and phases[3] > 0  # chunks were encoded, and timed
-    assert sum(phases) <= total + 0.01
+    assert sum(phases) <= total + 0.03  # six figures rounded to 0.01 s each
     floor = [float(v) for v in cells[10].split("+")]
     assert len(floor) == 5 and all(v >= 0 for v in floor) and abs(sum(floor) - float(cells[11])) < 0.02
