@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from dataclasses import dataclass
-
 import zlib
+from dataclasses import dataclass
 
 from blake3 import blake3
 from xxhash import xxh3_64_intdigest
@@ -34,20 +33,15 @@ VERSION = 3  # the newest version this Brevis reads and writes
 # GB/s: the CRC was 7-10 % of decoding), and may hold gathered segments
 # (`ranges`). Every archive is written as version 3; a reader of versions
 # 1 and 2 alone refuses it ("upgrade Brevis").
-LINKS_VERSION = 2
 BLAKE3_VERSION = GATHER_VERSION = 3
-
-
-def check_header(data: bytes) -> int:
-    """The format version of a header (FormatError, UnsupportedVersion)."""
-    return _check_header(data)
+DIGEST_BYTES = 16  # of a chunk's digest
 
 
 def chunk_digester(version: int):
     """The digest of a chunk's original bytes in archives of this version:
     data -> its first DIGEST_BYTES bytes."""
     if version >= BLAKE3_VERSION:
-        return lambda data: blake3(data).digest(DIGEST_BYTES)
+        return chunk_digest
     return lambda data: hashlib.sha256(data).digest()[:DIGEST_BYTES]
 
 
@@ -66,7 +60,8 @@ def stream_checker(version: int):
 def stream_check(data) -> int:
     """The check of a stored stream in the archives Brevis writes (VERSION)."""
     return xxh3_64_intdigest(data) & 0xFFFFFFFF
-DIGEST_BYTES = 16  # of a chunk's digest
+
+
 HEADER = struct.Struct("<8sHHI")
 FOOTER = struct.Struct("<QQQ16s8s")
 HEADER_SIZE = HEADER.size
@@ -122,7 +117,8 @@ def pack_header(version: int = VERSION) -> bytes:
     return HEADER.pack(MAGIC, version, 0, 0)
 
 
-def _check_header(data: bytes) -> int:
+def check_header(data: bytes) -> int:
+    """The format version of a header (FormatError, UnsupportedVersion)."""
     if len(data) < HEADER_SIZE:
         if MAGIC.startswith(data[: len(MAGIC)]):
             raise TruncatedError("archive ends inside its header")

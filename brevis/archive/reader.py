@@ -15,7 +15,7 @@ import zstandard
 from ..dsl.interpreter import decode
 from ..errors import BrevisError, ChecksumError, FormatError, InvalidArgument, IOFailure, TruncatedError
 from .format import FOOTER_SIZE, HEADER_SIZE, Footer, check_header, chunk_digester, index_digest, max_entries, stream_checker
-from .index import DIGEST_BYTES, Chunk, Index, SegmentEntry
+from .index import Chunk, Index, SegmentEntry
 from .schema import paused_gc
 
 
@@ -32,8 +32,6 @@ def count_entries(index: Index) -> int:
     """Files, folders, segments and chunks: what format.max_entries bounds."""
     return len(index.files) + len(index.dirs) + len(getattr(index, "links", ())) + sum(
         len(f.segments) + sum(len(s.chunks) for s in f.segments) for f in index.files)
-
-
 
 
 class ArchiveReader:

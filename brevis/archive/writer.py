@@ -17,7 +17,7 @@ import zstandard
 
 from ..errors import BrevisError, FormatError, InvalidArgument, OutputExists
 from ..fs.atomic import io_failure, make_temp, publish, remove_stale
-from .format import FOOTER_SIZE, HEADER_SIZE, VERSION, Footer, index_digest, max_entries, pack_header
+from .format import FOOTER_SIZE, HEADER_SIZE, Footer, index_digest, max_entries, pack_header
 from .index import Index
 from .schema import paused_gc
 
@@ -52,7 +52,7 @@ class ArchiveWriter:
         try:
             self.file = os.fdopen(fd, "wb")  # closing it releases the lock
             remove_stale(parent, self.path.name, started)
-            self._write(pack_header(VERSION))
+            self._write(pack_header())
         except BaseException:
             if self.file is None:
                 os.close(fd)
@@ -107,7 +107,6 @@ class ArchiveWriter:
             if self.sync_error is not None:
                 raise self.sync_error
             self.file.flush()
-
             os.fsync(self.file.fileno())
             publish(self.file.fileno(), self.tmp, self.path, replace=self.force)
             self.file.close()

@@ -112,7 +112,7 @@ class ChunkDecoder:
         spans = []  # (offset in the file, bytes) of every gathered span
         for seg, where in zip(entry.segments, placed):
             if seg.ranges:
-                data = b"".join(bytes(self.decode(*w)) for w in self.work_segment(seg))
+                data = b"".join(self.decode(*w) for w in self.work_segment(seg))
                 at = 0
                 for off, n in where:
                     spans.append((off, memoryview(data)[at:at + n]))

@@ -200,7 +200,7 @@ def lay_out(scanned: list[ScannedFile], chunk_bytes: int) -> list[PlannedFile]:
             t = value_type(seg)
             ps = PlannedSegment(pf, seg, t, str(t))
             itemsize = t.container.itemsize
-            refs, offset = [], seg.offset if seg.ranges is None else 0
+            refs, offset = [], seg.start
             for n in chunk_counts(seg.length // itemsize, itemsize, chunk_bytes, _row(seg)):
                 refs.append(ChunkRef(ps, offset, n, n * itemsize))
                 offset += n * itemsize
@@ -265,8 +265,8 @@ def _learn(planner: Planner, scanned: list[ScannedFile], pool: Pool, chunk_bytes
 
         def task(info: SegmentInfo) -> LearnTask:
             f, seg = places[id(info)]
-            return LearnTask(str(f.source.path), seg.offset if seg.ranges is None else 0, seg.length, seg.name,
-                             str(info.t), seg.shape, seg.records, info.chunks, planner.effort.level, seg.ranges)
+            return LearnTask(str(f.source.path), seg.start, seg.length, seg.name, str(info.t), seg.shape,
+                             seg.records, info.chunks, planner.effort.level, seg.ranges)
 
         def searched(_, chosen):
             tasks = [task(info) for info in chosen]

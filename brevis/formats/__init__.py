@@ -37,6 +37,12 @@ class Segment:
     def end(self) -> int:
         return self.offset + self.length
 
+    @property
+    def start(self) -> int:
+        """Where reads of its value begin: its offset in the file, or 0 in a
+        gathered segment's spans (read through `ranges`)."""
+        return self.offset if self.ranges is None else 0
+
 
 class ParseError(Exception):
     """This file is not (well-formed) in the format tried; store it as bytes."""

@@ -316,7 +316,6 @@ static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_
         }
     }
 #undef STEP
-    (void)ostart;
     if (!bad) {
         if (x0 != RANS_L || x1 != RANS_L || x2 != RANS_L || x3 != RANS_L) bad = 1;
         if (ptr != end || op != oend || fill >= 8 || acc) bad = 1;

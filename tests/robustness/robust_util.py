@@ -25,6 +25,7 @@ for p in (str(TESTS), str(REPO)):
         sys.path.insert(0, p)
 
 import brevis  # noqa: E402
+from brevis.archive.format import chunk_digest, stream_check  # noqa: E402
 from brevis.archive.index import Chunk, FileEntry, Index, SegmentEntry  # noqa: E402
 from brevis.archive.writer import ArchiveWriter  # noqa: E402
 from brevis.dsl import encode  # noqa: E402
@@ -32,11 +33,25 @@ from brevis.dsl.program import Program  # noqa: E402
 from brevis.dsl.types import BYTES, tensor  # noqa: E402
 from brevis import dtypes  # noqa: E402
 from brevis.errors import BrevisError  # noqa: E402
-from brevis.archive.format import chunk_digest, stream_check
 from helpers import deadline, join, small_checkpoint, split, tree, write_safetensors  # noqa: E402,F401
 
 PTH = REPO / "examples" / "taesd" / "taef2_decoder.pth"
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def on_first_stream(monkeypatch) -> dict:
+    """Hook ArchiveWriter.write_stream: the first stream written (while
+    `change` is set) first runs state["change"](), once. Returns the state."""
+    original = ArchiveWriter.write_stream
+    state = {"change": None}
+
+    def hooked(self, data, crc):
+        if state["change"]:
+            state["change"](), state.update(change=None)
+        return original(self, data, crc)
+
+    monkeypatch.setattr(ArchiveWriter, "write_stream", hooked)
+    return state
 
 
 def reseal_crcs(head: bytes, index: dict) -> dict:

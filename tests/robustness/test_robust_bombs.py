@@ -27,7 +27,6 @@ from brevis.archive.reader import ArchiveReader
 from brevis.archive.writer import ArchiveWriter
 from brevis.dsl.program import Program
 from brevis.errors import BrevisError, FormatError
-from brevis.archive.format import chunk_digest, stream_check
 from robust_util import join, run_measured, split
 
 MiB = 1 << 20
@@ -44,7 +43,7 @@ def bytes_archive(path: Path, total: int, chunk: int, stream: bytes, digest: byt
     """One file of `total` bytes in chunks of `chunk` bytes, every chunk naming the same one stream."""
     program = Program.from_json(ZSTD)
     with ArchiveWriter(path, force=True) as w:
-        where = w.write_stream(stream, stream_check(stream))
+        where = w.write_stream(stream, fmt.stream_check(stream))
         seg = SegmentEntry("", None, None, total, [program])
         seg.chunks = [Chunk(0, chunk, [where], digest) for _ in range(total // chunk)]
         w.finish(Index([FileEntry(name, total, "bytes", [seg])], [], "bomb"))
@@ -114,7 +113,7 @@ def test_memory_of_legitimate_64_mib_chunks_is_bounded(tmp_path, threads):
     zeros = bytes(64 * MiB)
     stream = zstandard.ZstdCompressor(level=19).compress(zeros)
     path = tmp_path / "zeros.brv"
-    bytes_archive(path, 8 * 64 * MiB, 64 * MiB, stream, chunk_digest(zeros))
+    bytes_archive(path, 8 * 64 * MiB, 64 * MiB, stream, fmt.chunk_digest(zeros))
     assert path.stat().st_size < 16_000
     rc, out, err, rss = run_measured(["verify", path, "-q", "-j", threads])
     assert rc == 0, err

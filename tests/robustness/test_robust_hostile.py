@@ -24,7 +24,6 @@ import zstandard
 import brevis
 from brevis import dtypes
 from brevis.archive import format as fmt
-from brevis.archive import writer as writer_module
 from brevis.archive.index import Chunk, FileEntry, Index, SegmentEntry
 from brevis.archive.reader import ArchiveReader
 from brevis.archive.writer import ArchiveWriter
@@ -33,8 +32,7 @@ from brevis.errors import BrevisError, FormatError, InvalidArgument, IOFailure, 
 from brevis.fs import atomic
 from brevis.fs.staging import remove_tree
 from brevis.synth.prior import Prior
-from brevis.archive.format import chunk_digest, stream_check
-from robust_util import ENV, REPO, join, run_measured, split, tree, write_safetensors
+from robust_util import ENV, REPO, join, on_first_stream, run_measured, split, tree, write_safetensors
 
 BREVIS = [sys.executable, "-m", "brevis"]
 STRICT = {**ENV, "PYTHONIOENCODING": "utf-8:strict"}
@@ -151,9 +149,9 @@ def two_file_index(writer: ArchiveWriter) -> Index:
     program = Program.from_json(["raw", {}])
     files = []
     for name, data in (("a", b"aaaa"), ("b", b"bbbb")):
-        where = writer.write_stream(data, stream_check(data))
+        where = writer.write_stream(data, fmt.stream_check(data))
         seg = SegmentEntry("", None, None, len(data), [program],
-                           [Chunk(0, len(data), [where], chunk_digest(data))])
+                           [Chunk(0, len(data), [where], fmt.chunk_digest(data))])
         files.append(FileEntry(name, len(data), "bytes", [seg]))
     return Index(files, [], "test")
 
@@ -214,16 +212,7 @@ def racing(tmp_path, monkeypatch):
     src.mkdir()
     rng = np.random.default_rng(3)
     (src / "a.bin").write_bytes(rng.integers(0, 4, 64 * 1024, dtype=np.uint8).tobytes())
-    original = writer_module.ArchiveWriter.write_stream
-    state = {"change": None}
-
-    def hooked(self, data, crc):
-        if state["change"]:
-            state["change"](), state.update(change=None)
-        return original(self, data, crc)
-
-    monkeypatch.setattr(writer_module.ArchiveWriter, "write_stream", hooked)
-    return src, state
+    return src, on_first_stream(monkeypatch)
 
 
 def replace_keeping_size_and_mtime(target: Path) -> None:

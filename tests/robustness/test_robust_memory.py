@@ -36,7 +36,6 @@ from brevis.dsl.interpreter import decode, encode
 from brevis.dsl.operator import REGISTRY, Operator
 from brevis.dsl.program import Program
 from brevis.dsl.types import BYTES, Field, tensor
-from brevis.archive.format import chunk_digest, stream_check
 from robust_util import ENV, join, split
 
 MiB = 1 << 20
@@ -190,9 +189,9 @@ def chunk_archive(path: Path, program_json, t, values: np.ndarray, chunks: int, 
     program = Program.from_json(program_json)
     program.check(t)
     streams = row_dedup_streams(len(values)) if program_json[0] == "row_dedup" else encode(program, values, t)
-    digest = chunk_digest(values.view(np.uint8))
+    digest = fmt.chunk_digest(values.view(np.uint8))
     with ArchiveWriter(path, force=True) as w:
-        located = [w.write_stream(s, stream_check(s)) for s in streams]
+        located = [w.write_stream(s, fmt.stream_check(s)) for s in streams]
         total = values.nbytes * chunks
         d = dtypes.lookup(dtype) if dtype else None
         seg = SegmentEntry("t" if d else "", d, (total // d.itemsize,) if d else None, total, [program],
@@ -273,7 +272,7 @@ def test_worst_archive_through_open_and_extract(worst, tmp_path):
 def constant_chunks_archive(path: Path, chunks: int, n: int, digest: bytes | None = None) -> None:
     """`chunks` constant chunks of n zero bytes (no streams at all)."""
     head = fmt.pack_header()
-    digest = (digest or chunk_digest(bytes(n))).hex()
+    digest = (digest or fmt.chunk_digest(bytes(n))).hex()
     entry = json.dumps([0, n, [], digest], separators=(",", ":"))
     total = chunks * n
     raw = ('{"created_by":"bomb","dirs":[],"files":[{"path":"z.bin","size":%d,"format":"bytes","segments":'
@@ -343,7 +342,7 @@ def test_a_declared_huge_tensor(tmp_path):
     chunks = -(-size // CHUNK)
     path = tmp_path / "huge.brv"
     head = fmt.pack_header()
-    digest = chunk_digest(bytes(CHUNK)).hex()
+    digest = fmt.chunk_digest(bytes(CHUNK)).hex()
     total = chunks * CHUNK
     entry = json.dumps([0, CHUNK, [], digest], separators=(",", ":"))
     raw = json.dumps({"created_by": "bomb", "dirs": [], "files": [{"path": "m.safetensors", "size": total,
@@ -403,7 +402,7 @@ def test_a_program_whose_nesting_holds_too_much_is_refused(tmp_path, monkeypatch
         assert peak_bytes(program, t) * n > MAX_DECODE_BYTES
         path = tmp_path / f"{name}.brv"
         with ArchiveWriter(path) as w:  # refused from the index: the streams need not decode
-            where = w.write_stream(b"x", stream_check(b"x"))
+            where = w.write_stream(b"x", fmt.stream_check(b"x"))
             d = dtypes.lookup(dtype) if dtype else None
             length = n * t.container.itemsize
             seg = SegmentEntry("t" if d else "", d, (n,) if d else None, length, [program],

@@ -23,10 +23,9 @@ from pathlib import Path
 import pytest
 
 import brevis
-from brevis.archive import writer as writer_module
 from brevis.archive.reader import ArchiveReader
 from brevis.errors import InvalidArgument, IOFailure
-from robust_util import ENV, deadline
+from robust_util import ENV, deadline, on_first_stream
 from helpers import tree
 
 
@@ -273,16 +272,7 @@ def growing(tmp_path, monkeypatch):
     src.mkdir()
     (src / "a.bin").write_bytes(bytes(range(256)) * 64)
     (src / "b.bin").write_bytes(b"b" * 5000)
-    original = writer_module.ArchiveWriter.write_stream
-    state = {"change": None}
-
-    def hooked(self, data, crc):
-        if state["change"]:
-            state["change"](), state.update(change=None)
-        return original(self, data, crc)
-
-    monkeypatch.setattr(writer_module.ArchiveWriter, "write_stream", hooked)
-    return src, state
+    return src, on_first_stream(monkeypatch)
 
 
 @pytest.mark.parametrize("how", ["append", "same size", "truncate", "replace"])
