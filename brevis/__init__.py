@@ -11,6 +11,7 @@ execution rebuilds it bit for bit.
     brevis.extract("ckpt.brv", ["w", "layers.0.*"], "part.safetensors")
     brevis.cat("ckpt.brv", "config.json", out)         # archived files to a binary stream
     brevis.compress_many(["run/step-1", "run/step-2"], "archives/", workers=4)
+    brevis.compress_run("run/", "run.brv.d")           # a training run, each checkpoint against the last
 
 Every failure raises a BrevisError (brevis.errors: one subclass per kind,
 each with its exit_code). help(brevis.compress) and the others document
@@ -23,10 +24,12 @@ signal handling in place before the heavy imports (numpy, zstandard) run.
 __version__ = "0.1.0"
 
 _API = {"compress", "decompress", "explain", "inspect", "learn_prior", "verify",
-        "compress_many", "Archive", "extract", "ls", "open_archive", "cat", "default_archive"}
+        "compress_many", "Archive", "extract", "ls", "open_archive", "cat", "default_archive",
+        "compress_run", "remove_checkpoint", "inspect_run"}
 
 __all__ = ["BrevisError", "compress", "decompress", "verify", "inspect", "ls", "extract", "cat",
-           "open_archive", "Archive", "compress_many", "learn_prior", "explain", "default_archive",
+           "open_archive", "Archive", "compress_many", "compress_run", "remove_checkpoint", "inspect_run",
+           "learn_prior", "explain", "default_archive",
            "safe_open", "load_file", "__version__"]
 # brevis.open (= open_archive) is not in __all__: `import *` must not hide the builtin.
 

@@ -36,7 +36,8 @@ from .errors import InvalidArgument
 from .fs.atomic import io_failure
 from .synth.planner import DEFAULT_EFFORT
 
-__all__ = ["compress", "compress_many", "decompress", "verify", "inspect", "explain", "learn_prior",
+__all__ = ["compress", "compress_many", "compress_run", "remove_checkpoint", "decompress", "verify", "inspect",
+           "inspect_run", "explain", "learn_prior",
            "Archive", "open_archive", "ls", "extract", "cat", "default_archive"]
 
 Progress = Callable[[int], None] | None
@@ -139,11 +140,72 @@ def compress_many(checkpoints, outdir: str | os.PathLike, **options) -> dict:
     return run(_paths(checkpoints), outdir, **options)
 
 
+def compress_run(checkpoints, output: str | os.PathLike | None = None, **options) -> dict:
+    """Archive the checkpoints of a training run (its folder, or the
+    checkpoints' folders or files) into a folder of one archive per
+    checkpoint, each coded against the one before, with a keyframe every
+    `keyframe_every` (brevis.series.compress_run: order, keyframe_every,
+    on_member, and brevis.compress's options). An existing folder of the
+    run is appended to. Returns a summary: output, written (a report per
+    new member), kept, member_count, original_bytes, archive_bytes."""
+    from .series import compress_run as run
+
+    return run(checkpoints, output, **options)
+
+
+def remove_checkpoint(run: str | os.PathLike, name: str, **options) -> dict:
+    """Remove a checkpoint from a run's folder, re-coding the one after it so
+    that every other checkpoint still decodes (brevis.series.remove)."""
+    from .series import remove
+
+    return remove(run, name, **options)
+
+
+def _series(path: Path, series: dict | None) -> dict | None:
+    """A member's place in its run and what decoding it reads (its chain)."""
+    if series is None:
+        return None
+    from .errors import BrevisError
+    from .series import chain
+
+    out = dict(series)
+    try:
+        members = chain(path)
+        out["chain"] = [m.path.name for m in members]
+        out["chain_original_bytes"] = sum(m.original_bytes for m in members)
+        out["chain_archive_bytes"] = sum(m.archive_bytes for m in members)
+        out["chain_error"] = None
+    except BrevisError as e:
+        out["chain"], out["chain_original_bytes"], out["chain_archive_bytes"] = None, None, None
+        out["chain_error"] = str(e)
+    return out
+
+
+def inspect_run(run: str | os.PathLike) -> dict:
+    """A run's folder of archives, from their indexes: run, member_count,
+    original_bytes, archive_bytes, and members in order (archive, name,
+    position, step, original_bytes, archive_bytes, keyframe, previous)."""
+    from .series import members
+
+    found = members(run)
+    rows = [{"archive": m.path.name, "name": m.name, "position": m.series["position"], "step": m.series["step"],
+             "original_bytes": m.original_bytes, "archive_bytes": m.archive_bytes, "keyframe": m.keyframe,
+             "previous": None if m.keyframe else m.series["previous"]["archive"]} for m in found]
+    return {"run": str(run), "member_count": len(rows), "original_bytes": sum(r["original_bytes"] for r in rows),
+            "archive_bytes": sum(r["archive_bytes"] for r in rows), "members": rows}
+
+
 def inspect(archive: str | os.PathLike) -> dict:
     """Everything the index says, decoding nothing: archive, archive_bytes,
     original_bytes, file_count, tensor_count, base_required (made against a
     base model), created_by, dirs, and files, each with its segments (name,
-    dtype, shape, original_bytes, stored_bytes, chunks, programs, search)."""
+    dtype, shape, original_bytes, stored_bytes, chunks, programs, search);
+    series, for a checkpoint of a training run: its record and chain (the
+    archives decoding it reads, keyframe first), chain_original_bytes and
+    chain_archive_bytes (what reaching it costs), chain_error. A run's
+    folder gives inspect_run's summary."""
+    if Path(archive).is_dir():
+        return inspect_run(archive)
     with ArchiveReader(Path(archive)) as reader:
         index = reader.index
         files = []
@@ -167,9 +229,11 @@ def inspect(archive: str | os.PathLike) -> dict:
         return {"archive": str(archive), "archive_bytes": reader.size,
                 "original_bytes": index.original_bytes, "file_count": len(files),
                 "tensor_count": sum(1 for f in index.files for s in f.segments if s.dtype is not None),
-                "base_required": index.base is not None, "created_by": index.created_by,
+                "base_required": index.base is not None and index.series is None,
+                "created_by": index.created_by,
                 "dirs": index.dirs, "files": files,
-                "links": [{"path": k.path, "target": k.target} for k in index.links]}
+                "links": [{"path": k.path, "target": k.target} for k in index.links],
+                "series": _series(Path(archive), index.series)}
 
 
 def _productions(program) -> list[str]:

@@ -386,10 +386,15 @@ def _copy_to_stdout(path: str) -> None:
 @click.option("--base", type=click.Path(path_type=str), default=None,
               help="Code every checkpoint against this base model (a folder, file or .brv), as compress --base; "
                    "the same path on every worker.")
+@click.option("--runs", is_flag=True,
+              help="Each argument is a training run (a folder of checkpoints): archived as compress-run does, "
+                   "into OUTDIR/NAME.brv.d, the runs in parallel and the checkpoints of each in order.")
+@click.option("-k", "--keyframe-every", type=click.IntRange(min=1), default=None,
+              help="With --runs: a keyframe every K checkpoints (default: 4).")
 @quiet_option
 @json_option
 def compress_many(checkpoints, outdir, manifests, workers, scheduler, scheduler_file, engine, retries,
-                  force, effort, prior, threads, base, quiet, as_json):
+                  force, effort, prior, threads, base, quiet, as_json, runs=False, keyframe_every=None):
     """Compress many checkpoints (folders or files) into one archive each, on Dask workers."""
     from . import fleet
 
@@ -398,6 +403,14 @@ def compress_many(checkpoints, outdir, manifests, workers, scheduler, scheduler_
         paths += fleet.read_manifest(m)
     if not paths:
         raise click.UsageError("no checkpoints: give folders or files, or --manifest FILE")
+    if runs:
+        if base or prior or force:
+            raise click.UsageError("--runs codes each checkpoint against the one before: no --base, --prior "
+                                   "or --force")
+        return _compress_runs(paths, outdir, engine, workers, scheduler, scheduler_file, retries, effort,
+                              threads, keyframe_every, quiet, as_json)
+    if keyframe_every is not None:
+        raise click.UsageError("--keyframe-every goes with --runs")
     if engine == "auto" and not (scheduler or scheduler_file) and not fleet.dask_available() and not quiet:
         click.echo(f"brevis: Dask is not installed (pip install '{DIST}[dask]'): using a local process pool "
                    f"of {_n(workers or default_threads(), 'worker')}", err=True)
@@ -424,6 +437,93 @@ def compress_many(checkpoints, outdir, manifests, workers, scheduler, scheduler_
         # The summary (on --json) already says so: one line, exit 1, no second JSON object.
         click.echo(f"brevis: error: {s['failed']} of {len(s['checkpoints'])} checkpoints failed", err=True)
         sys.exit(1)
+
+
+def _compress_runs(paths, outdir, engine, workers, scheduler, scheduler_file, retries, effort, threads,
+                   keyframe_every, quiet, as_json) -> None:
+    from . import fleet
+
+    def progress(r: dict) -> None:
+        if r["status"] == "failed":
+            click.echo(f"brevis: {r['name']}: FAILED: {r['error']}", err=True)
+        elif not quiet and not as_json:
+            what = (f"{_n(r['written'], 'checkpoint')} written, {r['kept']} kept, "
+                    f"{_size(r['original_bytes'])} -> {_size(r['archive_bytes'])}, verified")
+            click.echo(f"{shown(r['archive'])}: {what} in {r['seconds']:.1f} s")
+
+    s = fleet.compress_runs(paths, outdir, engine=engine, workers=workers, scheduler=scheduler,
+                            scheduler_file=scheduler_file, retries=retries, effort=effort, threads=threads,
+                            keyframe_every=keyframe_every, progress=progress)
+    _emit(as_json, quiet, s, f"{outdir}: {_n(s['compressed'], 'run')} compressed, {s['skipped']} unchanged, "
+          f"{s['failed']} failed in {s['seconds']:.1f} s")
+    if not s["ok"]:
+        click.echo(f"brevis: error: {s['failed']} of {len(s['runs'])} runs failed", err=True)
+        sys.exit(1)
+
+
+@cli.command("compress-run")
+@click.argument("checkpoints", nargs=-1, type=click.Path(path_type=str))
+@click.option("-o", "--output", type=click.Path(path_type=str), default=None,
+              help="The run's folder of archives, one NAME.brv per checkpoint (default: RUN.brv.d beside "
+                   "the run's folder). A folder that holds the run already is appended to.")
+@click.option("-m", "--manifest", "manifests", multiple=True, type=click.Path(path_type=str),
+              help="A file listing the checkpoints in order, one a line ('-': standard input); implies "
+                   "--order given.")
+@click.option("--order", type=click.Choice(["name", "given"]), default=None,
+              help="name (default): by the step each name tells (checkpoint-N, step_N, epoch=N); "
+                   "given: as listed.")
+@click.option("-k", "--keyframe-every", type=click.IntRange(min=1), default=None,
+              help="Every K-th checkpoint is stored alone, the others against the one before, so that any "
+                   "decodes from at most K-1 others (default: 4).")
+@effort_option
+@click.option("--prior", "prior", type=click.Path(path_type=str), default=None,
+              help="Use a prior learned before (brevis prior learn) instead of learning one per checkpoint.")
+@_threads_option("Encoding: worker processes for checkpoints of 8 MiB or more (default: one per core).")
+@quiet_option
+@json_option
+def compress_run(checkpoints, output, manifests, order, keyframe_every, effort, prior, threads, quiet, as_json):
+    """Compress the checkpoints of a training run, each against the one before it."""
+    from . import fleet, series
+
+    paths = list(checkpoints)
+    for m in manifests:
+        paths += fleet.read_manifest(m)
+    if not paths:
+        raise click.UsageError("no checkpoints: give the run's folder, its checkpoints, or --manifest FILE")
+    order = order or ("given" if manifests else "name")
+    keyframe_every = keyframe_every or series.DEFAULT_KEYFRAME_EVERY
+    items = series.checkpoints(paths, order)
+    total = sum(p.stat().st_size for c in items for p in ([c.path] if c.path.is_file() else c.path.rglob("*"))
+                if p.is_file())
+    with Progress(total, quiet, "compress-run") as bar:
+        def member_done(m: dict) -> None:
+            if not quiet and not as_json:
+                how = "keyframe" if m["keyframe"] else f"{_n(m['predecessors'], 'predecessor')} to decode"
+                ratio = m["archive_bytes"] / m["original_bytes"] if m["original_bytes"] else 0
+                bar.write(f"{shown(m['archive'])}: {_size(m['original_bytes'])} -> {_size(m['archive_bytes'])}"
+                          f" ({100 * ratio:.1f} %), {how}", file=sys.stdout)
+
+        s = api.compress_run(paths, output, order=order, keyframe_every=keyframe_every, effort=effort,
+                             prior=prior, threads=threads or default_threads(), progress=bar,
+                             on_member=member_done)
+    kept = f", {_n(len(s['kept']), 'kept')} as they were" if s["kept"] else ""
+    sizes = (f": {_size(s['original_bytes'])} -> {_size(s['archive_bytes'])}"
+             f" ({100 * s['archive_bytes'] / s['original_bytes']:.1f} %)" if s["original_bytes"] else "")
+    _emit(as_json, quiet, s, f"{shown(s['output'])}: {_n(len(s['written']), 'checkpoint')} written{kept}{sizes}")
+
+
+@cli.command("remove-checkpoint")
+@click.argument("run", type=click.Path(path_type=str))
+@click.argument("name")
+@effort_option
+@_threads_option("Threads for re-coding the checkpoint after it (default: one per core).")
+@quiet_option
+@json_option
+def remove_checkpoint(run, name, effort, threads, quiet, as_json):
+    """Remove a checkpoint from a run's folder, re-coding the one after it."""
+    s = api.remove_checkpoint(run, name, effort=effort, threads=threads or default_threads())
+    again = f"; {s['recoded']} re-coded without it" if s["recoded"] else ""
+    _emit(as_json, quiet, s, f"{shown(run)}: removed {s['removed']}{again}")
 
 
 @cli.group()
@@ -565,6 +665,12 @@ def inspect(archive, quiet, as_json):
 
     with _archive_input(archive) as path:
         r = api.inspect(path)
+    if "members" in r:  # a run's folder
+        if as_json:
+            click.echo(json.dumps(r, indent=1))
+        elif not quiet:
+            _show_run(r)
+        return
     r["archive"] = archive
     if as_json:
         click.echo(json.dumps(r, indent=1))
@@ -577,6 +683,8 @@ def inspect(archive, quiet, as_json):
                f" ({100 * r['archive_bytes'] / total:.1f} %)" if total else f"{shown(r['archive'])}: {files}, empty")
     if r["base_required"]:
         click.echo("made against a base model: decompress, verify, extract and cat need --base")
+    if r["series"] is not None:
+        _show_series(r["series"])
     for f in r["files"]:
         pct = f"{100 * f['stored_bytes'] / f['original_bytes']:.1f} %" if f["original_bytes"] else "-"
         click.echo(f"{shown(f['path'])}  [{shown(f['format'])}]  {f['original_bytes']} -> {f['stored_bytes']} ({pct})")
@@ -598,6 +706,30 @@ def inspect(archive, quiet, as_json):
             elif kind is SearchKind.LEARNED:
                 click.echo(f"    search: took a program learned on the sample, estimated {st['estimate']}"
                            f" -> actual {s['stored_bytes']} bytes")
+
+
+def _show_series(m: dict) -> None:
+    step = f", step {m['step']}" if m["step"] is not None else ""
+    click.echo(f"checkpoint {shown(m['name'])} of a training run (place {m['position']}{step}), "
+               + ("a keyframe" if m["previous"] is None else f"coded against {shown(m['previous']['archive'])}"))
+    if m["chain_error"]:
+        click.echo(f"cannot be decoded here: {m['chain_error']}")
+    elif len(m["chain"]) > 1:
+        click.echo(f"decoding it reads {_n(len(m['chain']), 'archive')}: {' -> '.join(map(shown, m['chain']))}"
+                   f" ({_size(m['chain_archive_bytes'])} read, {_size(m['chain_original_bytes'])} decoded)")
+
+
+def _show_run(r: dict) -> None:
+    total = r["original_bytes"]
+    pct = f" ({100 * r['archive_bytes'] / total:.1f} %)" if total else ""
+    click.echo(f"{shown(r['run'])}: a training run of {_n(r['member_count'], 'checkpoint')}, "
+               f"{_size(total)} -> {_size(r['archive_bytes'])}{pct}")
+    for m in r["members"]:
+        step = f"step {m['step']}" if m["step"] is not None else f"#{m['position']}"
+        how = "keyframe" if m["keyframe"] else f"against {shown(m['previous'])}"
+        ratio = f"{100 * m['archive_bytes'] / m['original_bytes']:.1f} %" if m["original_bytes"] else "-"
+        click.echo(f"  {shown(m['archive'])}  {step}  {_size(m['original_bytes'])} -> "
+                   f"{_size(m['archive_bytes'])} ({ratio})  {how}")
 
 
 @cli.command("ls")

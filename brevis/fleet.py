@@ -29,6 +29,11 @@ model (compress --base), which must be at the same path on every worker.
    retried by the engine; deterministic errors (a damaged source) are
    reported at once. At the end the driver removes the temporaries that
    killed workers left behind.
+
+`compress_runs` takes training runs instead: each run (as brevis
+compress-run takes one) is one task that archives its checkpoints in
+order into OUTDIR/NAME.brv.d, each against the one before (series.py),
+and verifies every member it wrote; runs go in parallel.
 """
 
 from __future__ import annotations
@@ -236,6 +241,34 @@ def compress_task(source: str, archive: str, prior_json: str | None, effort: int
         Path(archive).unlink(missing_ok=True)
         out["error"] = f"verification failed, archive removed: {r['error']}"
     return out
+
+
+def run_task(source: str, output: str, order: str, keyframe_every: int, effort: int, threads: int) -> dict:
+    """Archive one training run (series.compress_run), then verify each new
+    member against its checkpoint. A member that does not verify is removed,
+    with every member written after it (they are coded against it), so a
+    retry goes on from the last good one. Errors as compress_task's."""
+    from . import series
+
+    start = time.perf_counter()
+    try:
+        s = series.compress_run([source], output, order=order, keyframe_every=keyframe_every, effort=effort,
+                                threads=threads, processes=False)
+    except IOFailure:
+        raise
+    except BrevisError as e:
+        return {"error": _error(e), "seconds": time.perf_counter() - start}
+    sources = {c.archive: c.path for c in series.checkpoints([source], order)}
+    for k, m in enumerate(s["written"]):
+        r = verify_task(str(sources[Path(m["archive"]).name]), m["archive"], threads)
+        if not r["ok"]:
+            for later in s["written"][k:]:
+                Path(later["archive"]).unlink(missing_ok=True)
+            return {"error": f"{Path(m['archive']).name}: verification failed, removed with the "
+                             f"{len(s['written']) - k - 1} after it: {r['error']}", "seconds": time.perf_counter() - start}
+    return {"original_bytes": s["original_bytes"], "archive_bytes": s["archive_bytes"], "verified": True,
+            "error": None, "seconds": time.perf_counter() - start, "written": len(s["written"]),
+            "kept": len(s["kept"])}
 
 
 # ------------------------------------------------------------ engines
@@ -677,3 +710,63 @@ def compress_many(checkpoints: list[str | os.PathLike], outdir: str | os.PathLik
         "throughput_mb_s": original / seconds / 1e6 if seconds else None,
         "ok": all(r["status"] != "failed" for r in ordered),
     }
+
+
+def compress_runs(runs: list[str | os.PathLike], outdir: str | os.PathLike, *, engine: str | Engine = "auto",
+                  workers: int | None = None, scheduler: str | None = None, scheduler_file: str | None = None,
+                  retries: int = DEFAULT_RETRIES, effort: int = DEFAULT_EFFORT, threads: int = 1,
+                  order: str = "name", keyframe_every: int | None = None,
+                  progress: Callable[[dict], None] | None = None) -> dict:
+    """Archive each training run (a folder of checkpoints) into
+    OUTDIR/NAME.brv.d, one task a run on the engine (see compress_many),
+    its checkpoints in order, each against the one before (series.py).
+    A run archived before is appended to. `progress(report)` as each run
+    finishes. Returns a summary like compress_many's, a report per run
+    (with written and kept: its members)."""
+    from . import series
+
+    start = time.perf_counter()
+    out = Path(outdir)
+    if out.exists() and not out.is_dir():
+        raise InvalidArgument(f"{out} is not a folder")
+    fleet = plan_checkpoints(list(runs), out)
+    for c in fleet:
+        c.archive = out / f"{c.name}{series.RUN_SUFFIX}"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise IOFailure(f"cannot create {out}: {e.strerror}") from None
+    k = keyframe_every or series.DEFAULT_KEYFRAME_EVERY
+    own = not isinstance(engine, Engine)
+    eng = open_engine(engine, workers, scheduler, scheduler_file, retries) if own else engine
+    reports: dict[str, dict] = {}
+    try:
+        for c in fleet:
+            if c.error:
+                reports[c.name] = c.report(status="failed", error=c.error)
+        tasks = [Task(c, run_task, (str(c.source), str(c.archive), order, k, effort, threads), "run")
+                 for c in fleet if not c.error]
+        for t, ok, r in eng.run(tasks):
+            c = t.tag
+            if not ok:
+                r = {"error": f"failed after retries: {_error(r)}"}
+            if r.get("error"):
+                reports[c.name] = c.report(status="failed", error=r["error"], seconds=r.get("seconds"))
+            else:
+                reports[c.name] = c.report(status="compressed" if r["written"] else "skipped", verified=True,
+                                           seconds=r["seconds"], original_bytes=r["original_bytes"],
+                                           archive_bytes=r["archive_bytes"], written=r["written"], kept=r["kept"])
+            if progress:
+                progress(reports[c.name])
+        workers_seen = eng.workers
+    finally:
+        if own:
+            eng.close()
+    ordered = [reports[c.name] for c in fleet]
+    return {"outdir": str(out), "engine": eng.name, "scheduler": eng.address, "workers": workers_seen,
+            "runs": ordered, "compressed": sum(r["status"] == "compressed" for r in ordered),
+            "skipped": sum(r["status"] == "skipped" for r in ordered),
+            "failed": sum(r["status"] == "failed" for r in ordered),
+            "original_bytes": sum(r["original_bytes"] or 0 for r in ordered if r["status"] == "compressed"),
+            "archive_bytes": sum(r["archive_bytes"] or 0 for r in ordered if r["status"] == "compressed"),
+            "seconds": time.perf_counter() - start, "ok": all(r["status"] != "failed" for r in ordered)}

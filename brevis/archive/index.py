@@ -117,6 +117,7 @@ class Index:
     prior: dict | None = None  # the production prior the programs were found with
     base: dict | None = None  # {"sha256", "tensors"}: identity of the base model used, if any
     links: list[LinkEntry] = dataclasses.field(default_factory=list)  # symbolic links inside the tree
+    series: dict | None = None  # {"name", "step", "content", "previous"}: a member of a run (brevis/series.py)
 
     @property
     def original_bytes(self) -> int:
@@ -246,6 +247,24 @@ BASE_IDENTITY = Record("base_identity", dict, malformed="base must be an object 
     Field("tensors", "tensors", Int(), doc="how many base tensors are used"),
 ])
 
+SERIES_PREVIOUS = Record("series_previous", dict, malformed="malformed series predecessor",
+                         doc="the member of the run an archive is coded against (see Training runs).", items=[
+    Field("archive", "archive", Path(), doc="its archive: a file name in the same folder"),
+    Check("'/' not in series_previous_archive", "a predecessor must be a file name in the same folder"),
+    Field("content", "content", Hex(16), doc="its content identity (its `series.content`)"),
+])
+
+SERIES = Record("series", dict, malformed="malformed series record",
+                doc="a checkpoint of a training run (see Training runs).", items=[
+    Field("name", "name", Str(), doc="the checkpoint's name in the run"),
+    Field("position", "position", Int("{v} >= 0", "malformed position"), doc="its place in the run's order"),
+    Field("step", "step", Int("{v} >= 0", "malformed step"), default="None", null=True,
+          doc="its training step, where its name tells it"),
+    Field("content", "content", Hex(16), doc="its content identity: see Training runs"),
+    Field("previous", "previous", SERIES_PREVIOUS, default="None", null=True,
+          doc="the member it is coded against; null for a keyframe"),
+])
+
 INDEX = Record("index", Index, where='"index"', about="", doc="the index, at the top.", items=[
     Field("created_by", "created_by", Str(), doc="the writer's name and version"),
     Field("prior", "prior", Obj("prior must be an object"), default="None", null=True,
@@ -254,6 +273,8 @@ INDEX = Record("index", Index, where='"index"', about="", doc="the index, at the
     Field("dirs", "dirs", List(Path()), doc="folders to create (empty ones)"),
     Field("files", "files", List(FILE), doc="the files"),
     Field("links", "links", List(LINK), default="[]", omit=True, doc="symbolic links (absent: none)"),
+    Field("series", "series", SERIES, default="None", null=True, omit=True,
+          doc="where the archive is a member of a training run (absent: it is not)"),
     Run("check_tree(index_files, index_dirs, index_links)",
         "no path appears twice or lies under a file or a link; every link points at a file or folder of the archive"),
     Check("index_base is not None or not any(s.base for f in index_files for s in f.segments)",

@@ -102,7 +102,7 @@ class Assembler:
         if self._next_chunk == len(ps.chunks):
             self._advance()  # the segment is complete: release its file if it was the last
 
-    def finish(self, prior: dict | None) -> int:
+    def finish(self, prior: dict | None, series: dict | None = None) -> int:
         """The rest of the plan (segments without chunks, files without
         segments; every segment is planned by now), the prior and the base's
         identity; the archive is written. Returns its size."""
@@ -111,6 +111,7 @@ class Assembler:
             raise AssertionError("the archive is finished before its plan")
         self.index.prior = prior
         self.index.base = _base_identity(self.index)
+        self.index.series = series
         return self.writer.finish(self.index)
 
     # ------------------------------------------------------------ walking the plan

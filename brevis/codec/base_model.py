@@ -27,6 +27,31 @@ from ..fs.sources import collect, read_exactly
 READ_BYTES = 1 << 20
 
 
+def is_tensor(seg) -> bool:
+    """A segment that can be a base tensor (or be coded against one)."""
+    return seg.dtype is not None and seg.shape is not None and seg.length > 0
+
+
+def tensor_keys(segments) -> dict[int, str]:
+    """The name each tensor of a file is matched by (id(segment) -> key):
+    its own where no other tensor of the file has it, else NAME#K, the
+    K-th (from 0) of that name in file order (an optimizer's state holds
+    one `exp_avg` per parameter)."""
+    tensors = [s for s in segments if is_tensor(s)]
+    count: dict[str, int] = {}
+    for s in tensors:
+        count[s.name] = count.get(s.name, 0) + 1
+    seen: dict[str, int] = {}
+    keys = {}
+    for s in tensors:
+        if count[s.name] > 1:
+            keys[id(s)] = f"{s.name}#{seen.get(s.name, 0)}"
+            seen[s.name] = seen.get(s.name, 0) + 1
+        else:
+            keys[id(s)] = s.name
+    return keys
+
+
 @dataclass(eq=False)
 class BaseTensor:
     file: str  # path as named in the base
@@ -37,6 +62,7 @@ class BaseTensor:
     read: Callable[[int, int], bytes]  # (offset within the tensor, length) -> bytes
     path: str | None = None  # the file holding the tensor's bytes, where the base is plain files
     offset: int = 0  # of the tensor in that file
+    own_name: str | None = None  # its name in the file, where `name` is a key NAME#K (tensor_keys)
     _digest: bytes | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -52,24 +78,34 @@ class BaseTensor:
 
 
 class Base:
-    def __init__(self, tensors: list[BaseTensor], description: str, closer=None):
+    def __init__(self, tensors: list[BaseTensor], description: str, closer=None, vouched: bool = False):
         self.description = description
+        # Vouched: a member of a training run, whose content identity the
+        # successor checked (series.py) and whose chunks are checked as they
+        # decode; its tensors' SHA-256 need not be computed again.
+        self.vouched = vouched
+        self.series = None  # an archive's series record, where it is a member of a run
         self.tensors = tensors
         self._closer = closer
         self.by_key = {(t.file, t.name): t for t in tensors}
+        # Archives made before tensor_keys named a repeated name plainly and
+        # were matched to the last tensor of that name.
+        self.by_own_name = {(t.file, t.own_name): t for t in tensors if t.own_name is not None}
         self.by_name: dict[str, list[BaseTensor]] = {}
         for t in tensors:
             self.by_name.setdefault(t.name, []).append(t)
 
     @staticmethod
-    def open(path: str | os.PathLike) -> "Base":
+    def open(path: str | os.PathLike, chain: tuple = ()) -> "Base":
+        """The base at `path`; `chain`: the archives being decoded that lead to
+        it (series.py refuses a run whose predecessors go round in a loop)."""
         p = Path(path)
         if not p.exists():
             raise InvalidArgument(f"base {p}: no such file or folder")
         if p.is_file():
             with open(p, "rb") as f:
                 if f.read(len(MAGIC)) == MAGIC:
-                    return _archive_base(p)
+                    return _archive_base(p, chain)
         return _files_base(p)
 
     def match(self, file: str, name: str, dtype: DType | None, shape) -> BaseTensor | None:
@@ -85,7 +121,7 @@ class Base:
         return t
 
     def exact(self, file: str, name: str) -> BaseTensor | None:
-        return self.by_key.get((file, name))
+        return self.by_key.get((file, name)) or self.by_own_name.get((file, name))
 
     def close(self) -> None:
         if self._closer:
@@ -109,12 +145,13 @@ def _files_base(path: Path) -> Base:
             fds.append(fd)
             with os.fdopen(os.dup(fd), "rb") as f:
                 _, segments = layout(f, os.fstat(fd).st_size, s.name)
+            keys = tensor_keys(segments)
             for seg in segments:
-                if seg.dtype is not None and seg.shape is not None and seg.length:
+                if is_tensor(seg):
                     tensors.append(BaseTensor(
-                        s.name, seg.name, seg.dtype, seg.shape, seg.length,
+                        s.name, keys[id(seg)], seg.dtype, seg.shape, seg.length,
                         lambda off, n, fd=fd, start=seg.offset, p=s.path: read_exactly(fd, f"base {p}", start + off, n),
-                        str(s.path), seg.offset))
+                        str(s.path), seg.offset, own_name=seg.name if keys[id(seg)] != seg.name else None))
     except OSError as e:
         for fd in fds:
             os.close(fd)
@@ -122,54 +159,83 @@ def _files_base(path: Path) -> Base:
     return Base(tensors, str(path), lambda: [os.close(fd) for fd in fds])
 
 
-def _archive_base(path: Path) -> Base:
+def _archive_base(path: Path, chain: tuple = ()) -> Base:
+    """The tensors of a Brevis archive, decoded chunk by chunk on demand. A
+    member of a training run brings its own predecessors (series.py); any
+    other archive made against a base cannot serve as one."""
+    from .chunks import ChunkDecoder
+
     reader = ArchiveReader(path)
-    if reader.index.base:
+    try:
+        if reader.index.base and not reader.index.series:
+            raise InvalidArgument(f"base {path} is itself coded against a base; decompress it first")
+        decoder = ChunkDecoder(reader, chain=chain)
+    except BaseException:
         reader.close()
-        raise InvalidArgument(f"base {path} is itself coded against a base; decompress it first")
+        raise
+    cache = _ChunkCache(decoder)
     tensors = []
     for f in reader.index.files:
+        keys = tensor_keys(f.segments)
         for seg in f.segments:
-            if seg.dtype is not None and seg.shape is not None and seg.length:
-                tensors.append(BaseTensor(f.path, seg.name, seg.dtype, seg.shape, seg.length,
-                                          _ChunkedReader(reader, seg)))
-    return Base(tensors, str(path), reader.close)
+            if is_tensor(seg):
+                tensors.append(BaseTensor(f.path, keys[id(seg)], seg.dtype, seg.shape, seg.length,
+                                          _ChunkedReader(cache, seg),
+                                          own_name=seg.name if keys[id(seg)] != seg.name else None))
+    base = Base(tensors, str(path), reader.close, vouched=reader.index.series is not None)
+    base.series = reader.index.series
+    return base
+
+
+class _ChunkCache:
+    """The last few decoded chunks of an archive, shared by its tensors: the
+    chunks that the threads decoding a successor are on (each is decoded
+    once where the successor's chunks line up with it, as a run's do)."""
+
+    ENTRIES = 8
+
+    def __init__(self, decoder):
+        self.decoder = decoder
+        self.chunks: dict[tuple[int, int], bytes] = {}
+        self.lock = threading.Lock()
+
+    def get(self, seg, i: int, start: int):
+        key = (id(seg), i)
+        with self.lock:
+            data = self.chunks.get(key)
+        if data is None:
+            data = self.decoder.decode(seg, seg.chunks[i], start)
+            with self.lock:
+                if len(self.chunks) >= self.ENTRIES:
+                    self.chunks.pop(next(iter(self.chunks)))
+                self.chunks[key] = data
+        return data
 
 
 class _ChunkedReader:
     """Reads a byte range of an archived segment by decoding the chunks it spans."""
 
-    def __init__(self, reader: ArchiveReader, seg):
-        self.reader, self.seg = reader, seg
+    def __init__(self, cache: _ChunkCache, seg):
+        self.cache, self.seg = cache, seg
         self.starts = []
         pos = 0
         for c in seg.chunks:
             self.starts.append(pos)
             pos += c.n * seg.itemsize
-        self.cache: dict[int, bytes] = {}
-        self.lock = threading.Lock()
 
-    def _chunk(self, i: int) -> bytes:
-        with self.lock:
-            if i in self.cache:
-                return self.cache[i]
-        data = self.reader.decode_chunk(self.seg, self.seg.chunks[i]).tobytes()
-        with self.lock:
-            if len(self.cache) >= 4:  # the few chunks that threads are on
-                self.cache.pop(next(iter(self.cache)))
-            self.cache[i] = data
-        return data
-
-    def __call__(self, offset: int, length: int) -> bytes:
+    def __call__(self, offset: int, length: int):
         import bisect
 
-        out = bytearray()
         i = max(0, bisect.bisect_right(self.starts, offset) - 1)
-        while len(out) < length:
+        parts = []
+        have = 0
+        while have < length:
             if i >= len(self.starts):
                 raise ChecksumError("base archive is shorter than its index says")
-            data = self._chunk(i)
-            start = offset + len(out) - self.starts[i]
-            out += data[start:start + length - len(out)]
+            data = self.cache.get(self.seg, i, self.starts[i])
+            start = offset + have - self.starts[i]
+            part = data[start:start + length - have]
+            parts.append(part)
+            have += len(part)
             i += 1
-        return bytes(out)
+        return parts[0] if len(parts) == 1 else b"".join(bytes(p) for p in parts)

@@ -45,10 +45,11 @@ class ChunkDecoder:
 
     Opening checks that the base is the one the archive was made with: every
     base tensor it used must be present, of the same dtype and shape, with
-    the recorded SHA-256.
+    the recorded SHA-256. A member of a training run finds its predecessor
+    itself, beside it (series.py), unless `base` names another.
     """
 
-    def __init__(self, reader: ArchiveReader, base=None):
+    def __init__(self, reader: ArchiveReader, base=None, chain: tuple = ()):
         self.reader = reader
         self.base = None
         # Chunks checked already (verify without a source), and what was found:
@@ -63,11 +64,16 @@ class ChunkDecoder:
         index = reader.index
         if index.base is None:
             return
-        if base is None:
-            raise BaseRequired(f"{reader.path} was made against a base model: it is needed to decode it")
         from .base_model import Base
 
-        self.base = Base.open(base)
+        if base is not None:
+            self.base = Base.open(base)
+        elif index.series is not None and index.series["previous"] is not None:
+            from ..series import open_predecessor
+
+            self.base = open_predecessor(reader.path, index.series, chain)
+        else:
+            raise BaseRequired(f"{reader.path} was made against a base model: it is needed to decode it")
         reader.on_close.append(self.close)  # the base's files live as long as the reader
         try:
             for f in index.files:
@@ -84,7 +90,7 @@ class ChunkDecoder:
         if t is None or t.dtype != seg.dtype or tuple(t.shape) != tuple(seg.shape):
             raise InvalidArgument(f"the base has no tensor {ref['name']!r} of {seg.dtype.name}{list(seg.shape)} "
                                   f"(needed by {path}); is it the right base?")
-        if t.digest()[:DIGEST_BYTES].hex() != ref["sha256"]:
+        if not self.base.vouched and t.digest()[:DIGEST_BYTES].hex() != ref["sha256"]:
             raise ChecksumError(f"base tensor {ref['name']!r} differs from the one {path} was coded against: wrong base")
         return t
 

@@ -81,7 +81,7 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
              progress: Callable[[int], None] | None = None, executor: Executor | None = None,
              processes: bool | None = None, window: int | None = None,
              batch_bytes: int = WORKER_BATCH_BYTES, exclude=(), default_excludes: bool = True,
-             dereference: bool = False) -> dict:
+             dereference: bool = False, series: dict | None = None) -> dict:
     """Write an archive of the sources; return a summary (see api.compress).
 
     Chunks are encoded by `executor` when one is given (anything with
@@ -95,6 +95,9 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
     another process or an executor is a batch of chunks of about
     `batch_bytes`. `exclude`, `default_excludes`: what to leave out of
     folders (fs.sources.collect); the summary's "skipped" lists it.
+    `base`: a path, or a Base already open (left open: a run's next
+    checkpoint uses it); `series`: the index's series record, for a member
+    of a training run (series.py).
     Symbolic links inside a folder that point at a file or folder of the
     same folder are stored as links; other links to files are followed
     (their content stored), and every one is with `dereference`.
@@ -113,7 +116,8 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
         prior = Prior.load(prior)
     planner = Planner(effort, prior)
     scanned: list = []  # closed on the way out, whatever happened
-    base_model = Base.open(base) if base is not None else None
+    own_base = base is not None and not isinstance(base, Base)
+    base_model = Base.open(base) if own_base else base
     pids: set[int] = set()
     own = Workers(None)
     if executor is None:  # before any thread of ours starts, so that workers can fork
@@ -150,7 +154,7 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
                         assembler.add(ref, chunk_output, streams)
                         if progress:
                             progress(ref.length)
-            size = assembler.finish(planner.prior.to_json())
+            size = assembler.finish(planner.prior.to_json(), series)
             index = assembler.index
     except BrokenProcessPool:
         raise BrevisError("a chunk worker process died (killed, or out of memory); archive not written") from None
@@ -158,7 +162,7 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
         own.shutdown()  # queued jobs are dropped; running ones are short
         for f in scanned:
             f.close()
-        if base_model is not None:
+        if own_base:
             base_model.close()
     seconds = time.perf_counter() - start
     original = index.original_bytes
@@ -176,6 +180,7 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
         "prior_samples": planner.prior.samples,
         "encode_processes": len(pids),
         "skipped": skipped,
+        "base_tensors": index.base["tensors"] if index.base else 0,
     }
 
 

@@ -28,7 +28,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from .base_model import Base, BaseTensor
+from .base_model import Base, BaseTensor, tensor_keys
 from ..dsl.program import Program
 from ..dsl.types import BYTES, Field, tensor
 from ..errors import InvalidArgument, IOFailure
@@ -60,6 +60,13 @@ class ScannedFile:
     ino: int = 0
     ctime_ns: int = 0
     mode: int | None = None  # permission bits, as the index records them
+
+    def tensor_key(self, seg: Segment) -> str:
+        """The name a base tensor is matched by (base_model.tensor_keys)."""
+        keys = self.__dict__.get("_keys")
+        if keys is None:
+            keys = self.__dict__["_keys"] = tensor_keys(self.segments)
+        return keys.get(id(seg), seg.name)
 
     def identity(self) -> tuple[int, int, int, int]:
         """(inode, size, mtime, ctime) as the scan found them: every read of
@@ -115,7 +122,7 @@ def segment_info(f: ScannedFile, seg: Segment, chunk_bytes: int, base: Base | No
     t = value_type(seg)
     itemsize = t.container.itemsize
     chunks = len(chunk_counts(seg.length // itemsize, itemsize, chunk_bytes, _row(seg)))
-    ref = base.match(f.source.name, seg.name, seg.dtype, seg.shape) if base else None
+    ref = base.match(f.source.name, f.tensor_key(seg), seg.dtype, seg.shape) if base else None
     return SegmentInfo(seg.name, t, seg.shape, seg.length, chunks, _reader(f, seg), seg.records,
                        ref.read if ref else None)
 
@@ -237,7 +244,7 @@ def plan_segments(files: list[PlannedFile], planner: Planner, pool: Pool, chunk_
     def plan(item) -> tuple[Plan, BaseTensor | None, str]:
         ps, info, family, leader = item
         seg = ps.segment
-        ref = base.match(ps.file.source.name, seg.name, seg.dtype, seg.shape) if base else None
+        ref = base.match(ps.file.source.name, ps.file.scanned.tensor_key(seg), seg.dtype, seg.shape) if base else None
         p = planner.plan(info, family, leader)
         return p, ref, program_text(p.program) if p.program is not None else ""
 

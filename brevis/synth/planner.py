@@ -28,7 +28,7 @@ from ..dsl.types import Field, Tensor
 from ..errors import InvalidArgument, NotApplicable, ProgramError
 from .prior import Prior
 from .proposals import WORD_VIEWS, Value, halves
-from .roles import role_of, shape_class
+from .roles import leaf_name, role_of, shape_class
 from .search import STREAM_INDEX_BYTES, Budget, SearchResult, search
 
 FALLBACK = Program.leaf(Zstd.entropy())  # always applies
@@ -108,8 +108,12 @@ class SegmentInfo:
 
     @property
     def family(self) -> tuple | None:
+        """Segments that share a program: same dtype, role, shape and leaf
+        name (an optimizer's `exp_avg` and `exp_avg_sq` of one parameter
+        are alike in shape only: one is signed and fresh, the other
+        positive and slow to change)."""
         if self.reference is not None:
-            return ("base", self.t.dtype.name, self.role, self.shape)
+            return ("base", self.t.dtype.name, self.role, self.shape, leaf_name(self.name))
         if self.records:
             return ("records", repr(self.records), self.role)
         if not isinstance(self.t, Tensor) or self.length <= TINY:

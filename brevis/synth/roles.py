@@ -39,3 +39,9 @@ def shape_class(shape: tuple[int, ...] | None, length: int) -> str:
         dims = {0: "scalar", 1: "vector", 2: "matrix"}.get(len(shape), "tensor")
     size = "small" if length < 4096 else "medium" if length < 1 << 20 else "large"
     return f"{dims}/{size}"
+
+
+def leaf_name(name: str) -> str:
+    """The last part of a tensor's name, digits left out: `weight`, `bias`,
+    `exp_avg_sq` (`encoder.layer.3.attention.self.query.weight` -> `weight`)."""
+    return re.sub(r"\d+", "", re.split(r"[./:]", name)[-1])
