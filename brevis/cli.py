@@ -37,6 +37,7 @@ import click  # noqa: E402
 
 from . import __version__, api  # noqa: E402
 from .errors import BrevisError, InvalidArgument, OutputExists
+from .series import DEFAULT_KEYFRAME_EVERY
 from .synth.planner import DEFAULT_EFFORT
 from .workers import open_workers
 from .workers.pool import default_threads
@@ -390,7 +391,7 @@ def _copy_to_stdout(path: str) -> None:
               help="Each argument is a training run (a folder of checkpoints): archived as compress-run does, "
                    "into OUTDIR/NAME.brv.d, the runs in parallel and the checkpoints of each in order.")
 @click.option("-k", "--keyframe-every", type=click.IntRange(min=1), default=None,
-              help="With --runs: a keyframe every K checkpoints (default: 4).")
+              help=f"With --runs: a keyframe every K checkpoints (default: {DEFAULT_KEYFRAME_EVERY}).")
 @quiet_option
 @json_option
 def compress_many(checkpoints, outdir, manifests, workers, scheduler, scheduler_file, engine, retries,
@@ -474,7 +475,7 @@ def _compress_runs(paths, outdir, engine, workers, scheduler, scheduler_file, re
                    "given: as listed.")
 @click.option("-k", "--keyframe-every", type=click.IntRange(min=1), default=None,
               help="Every K-th checkpoint is stored alone, the others against the one before, so that any "
-                   "decodes from at most K-1 others (default: 4).")
+                   f"decodes from at most K-1 others (default: {DEFAULT_KEYFRAME_EVERY}).")
 @effort_option
 @click.option("--prior", "prior", type=click.Path(path_type=str), default=None,
               help="Use a prior learned before (brevis prior learn) instead of learning one per checkpoint.")
@@ -491,9 +492,11 @@ def compress_run(checkpoints, output, manifests, order, keyframe_every, effort, 
     if not paths:
         raise click.UsageError("no checkpoints: give the run's folder, its checkpoints, or --manifest FILE")
     order = order or ("given" if manifests else "name")
-    keyframe_every = keyframe_every or series.DEFAULT_KEYFRAME_EVERY
+    keyframe_every = keyframe_every or DEFAULT_KEYFRAME_EVERY
     items = series.checkpoints(paths, order)
-    total = sum(p.stat().st_size for c in items for p in ([c.path] if c.path.is_file() else c.path.rglob("*"))
+    out = Path(output) if output is not None else series.default_output(paths)
+    new = [c for c in items if not (out / c.archive).is_file()]  # those kept are not read
+    total = sum(p.stat().st_size for c in new for p in ([c.path] if c.path.is_file() else c.path.rglob("*"))
                 if p.is_file())
     with Progress(total, quiet, "compress-run") as bar:
         def member_done(m: dict) -> None:

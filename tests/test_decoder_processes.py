@@ -100,12 +100,18 @@ def test_damage_found_in_a_worker_leaves_nothing(archive, tmp_path):
 def test_small_archives_and_bases_decode_on_threads(archive):
     from types import SimpleNamespace as Index
 
-    plain, based = Index(original_bytes=chunks.PROCESS_MIN_BYTES, base=None), Index(original_bytes=1 << 40, base={})
-    assert chunks.decode_workers(Index(original_bytes=chunks.PROCESS_MIN_BYTES - 1, base=None), 2).executor is None
+    plain, based = (Index(original_bytes=chunks.PROCESS_MIN_BYTES, base=None, series=None),
+                    Index(original_bytes=1 << 40, base={}, series=None))
+    assert chunks.decode_workers(Index(original_bytes=chunks.PROCESS_MIN_BYTES - 1, base=None, series=None),
+                                 2).executor is None
     assert chunks.decode_workers(plain, 1).executor is None
     assert chunks.decode_workers(based, 2).executor is None
     assert chunks.decode_workers(based, 2, processes=True).executor is None
     with chunks.decode_workers(plain, 2) as workers:
+        assert workers is not None
+    # A member of a training run: each worker finds its predecessor itself.
+    member = Index(original_bytes=1 << 40, base={}, series={"previous": {"archive": "a.brv", "content": "0" * 32}})
+    with chunks.decode_workers(member, 2) as workers:
         assert workers is not None
 
 

@@ -177,9 +177,9 @@ def test_cli_compress_run_default_output_and_json(run):
 # ---------------------------------------------------------------- appending
 def test_appending_writes_only_the_new_checkpoints(run, tmp_path):
     out = tmp_path / "r"
-    brevis.compress_run([run / f"checkpoint-{k}" for k in STEPS[:2]], out)
+    brevis.compress_run([run / f"checkpoint-{k}" for k in STEPS[:2]], out, keyframe_every=4)
     before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()}
-    s = brevis.compress_run(run, out)  # the whole run again: two kept, two new
+    s = brevis.compress_run(run, out, keyframe_every=4)  # the whole run again: two kept, two new
     assert s["kept"] == ["checkpoint-25.brv", "checkpoint-50.brv"]
     assert [w["name"] for w in s["written"]] == ["checkpoint-75", "checkpoint-100"]
     for name, (data, mtime) in before.items():
@@ -192,8 +192,8 @@ def test_appending_writes_only_the_new_checkpoints(run, tmp_path):
 def test_appending_without_the_earlier_sources(run, tmp_path):
     """The last member is then the base, decoded from its archive and its chain."""
     out = tmp_path / "r"
-    brevis.compress_run([run / f"checkpoint-{k}" for k in STEPS], out)
-    brevis.compress_run([run / "checkpoint-100"], out)
+    brevis.compress_run([run / f"checkpoint-{k}" for k in STEPS], out, keyframe_every=4)
+    brevis.compress_run([run / "checkpoint-100"], out, keyframe_every=4)
     assert series.member(out / "checkpoint-100.brv").needs_base
     brevis.decompress(out / "checkpoint-100.brv", tmp_path / "o")
     assert same_tree(tmp_path / "o", run / "checkpoint-100")
@@ -208,16 +208,16 @@ def test_a_run_is_only_appended_to(run, tmp_path):
 
 def test_an_archived_checkpoint_changed_since_is_refused(run, tmp_path):
     out = tmp_path / "r"
-    brevis.compress_run([run / "checkpoint-25", run / "checkpoint-50"], out)
+    brevis.compress_run([run / "checkpoint-25", run / "checkpoint-50"], out, keyframe_every=4)
     nudge(run / "checkpoint-25", tmp_path / "changed" / "checkpoint-50", seed=9)
     with pytest.raises(InvalidArgument, match="differs from checkpoint-50.brv.*never rewritten"):
-        brevis.compress_run([tmp_path / "changed" / "checkpoint-50", run / "checkpoint-75"], out)
+        brevis.compress_run([tmp_path / "changed" / "checkpoint-50", run / "checkpoint-75"], out, keyframe_every=4)
 
 
 # ---------------------------------------------------------------- safety
 def test_a_missing_predecessor_is_refused(run, tmp_path):
     out = tmp_path / "r"
-    brevis.compress_run(run, out)
+    brevis.compress_run(run, out, keyframe_every=4)
     (out / "checkpoint-50.brv").unlink()
     with pytest.raises(BaseRequired, match="coded against checkpoint-50.brv.*not in"):
         brevis.decompress(out / "checkpoint-75.brv", tmp_path / "o")
@@ -231,7 +231,7 @@ def test_a_missing_predecessor_is_refused(run, tmp_path):
 
 def test_a_wrong_predecessor_is_refused(run, tmp_path):
     out = tmp_path / "r"
-    brevis.compress_run(run, out)
+    brevis.compress_run(run, out, keyframe_every=4)
     shutil.copy(out / "checkpoint-25.brv", out / "checkpoint-50.brv")  # another member in its place
     with pytest.raises(ChecksumError, match="not the checkpoint checkpoint-75.brv was coded against"):
         brevis.decompress(out / "checkpoint-75.brv", tmp_path / "o")
@@ -242,7 +242,7 @@ def test_a_wrong_predecessor_is_refused(run, tmp_path):
 
 def test_a_damaged_predecessor_is_refused(run, tmp_path):
     out = tmp_path / "r"
-    brevis.compress_run(run, out)
+    brevis.compress_run(run, out, keyframe_every=4)
     from brevis.archive.reader import ArchiveReader
 
     with ArchiveReader(out / "checkpoint-50.brv") as reader:  # the stream of a tensor checkpoint-75 reads
@@ -279,7 +279,7 @@ def test_a_run_whose_predecessors_loop_is_refused(run, tmp_path):
 # ---------------------------------------------------------------- removing
 def test_removing_a_checkpoint_rekeys_the_one_after_it(run, tmp_path):
     out = tmp_path / "r"
-    brevis.compress_run(run, out)
+    brevis.compress_run(run, out, keyframe_every=4)
     kept = (out / "checkpoint-100.brv").read_bytes()
     r = cli("remove-checkpoint", out, "checkpoint-50")
     assert r.returncode == 0, r.stderr
@@ -298,17 +298,34 @@ def test_removing_a_checkpoint_rekeys_the_one_after_it(run, tmp_path):
 
 
 # ---------------------------------------------------------------- fleets
-def test_a_fleet_of_runs(run, tmp_path):
+@pytest.mark.parametrize("engine", ["processes", pytest.param("dask", marks=pytest.mark.skipif(
+    not fleet.dask_available(), reason="Dask (distributed) is not installed"))])
+def test_a_fleet_of_runs(run, tmp_path, engine):
     runs = tmp_path / "runs"
     runs.mkdir()
     shutil.copytree(run, runs / "a")
     shutil.copytree(run, runs / "b")
-    s = fleet.compress_runs([runs / "a", runs / "b"], tmp_path / "fleet", engine="processes", workers=2,
-                                   keyframe_every=2)
+    s = fleet.compress_runs([runs / "a", runs / "b"], tmp_path / "fleet", engine=engine, workers=2,
+                            keyframe_every=2)
+    assert s["engine"] == engine
     assert s["ok"] and s["compressed"] == 2
     assert sorted(p.name for p in (tmp_path / "fleet").iterdir()) == ["a.brv.d", "b.brv.d"]
     assert series.member(tmp_path / "fleet" / "b.brv.d" / "checkpoint-50.brv").series["previous"] is not None
     brevis.decompress(tmp_path / "fleet" / "a.brv.d" / "checkpoint-100.brv", tmp_path / "o")
     assert same_tree(tmp_path / "o", run / "checkpoint-100")
-    again = fleet.compress_runs([runs / "a"], tmp_path / "fleet", engine="processes", workers=1)
+    again = fleet.compress_runs([runs / "a"], tmp_path / "fleet", engine=engine, workers=1)
     assert again["skipped"] == 1 and again["runs"][0]["kept"] == 4
+
+
+def test_members_decode_in_worker_processes(run, tmp_path):
+    """Each worker finds the member's predecessors itself, as the main process does."""
+    from brevis.archive.reader import ArchiveReader
+    from brevis.codec.chunks import workers_may_decode
+
+    brevis.compress_run(run, tmp_path / "r", keyframe_every=4)
+    with ArchiveReader(tmp_path / "r" / "checkpoint-100.brv") as reader:
+        assert workers_may_decode(reader.index)
+    brevis.decompress(tmp_path / "r" / "checkpoint-100.brv", tmp_path / "o", threads=2, processes=True)
+    assert same_tree(tmp_path / "o", run / "checkpoint-100")
+    assert brevis.verify(tmp_path / "r" / "checkpoint-100.brv", [run / "checkpoint-100"], threads=2,
+                         processes=True)["ok"]

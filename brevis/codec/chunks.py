@@ -184,8 +184,17 @@ def decode_workers(index, threads: int, processes: bool | None = None) -> Worker
     """Worker processes to decode or verify an archive (with this index), or
     none: with threads > 1, for PROCESS_MIN_BYTES of original bytes or more,
     or any with processes=True. An archive coded against a base decodes on
-    threads: every worker would have to open and check the base again."""
-    return open_workers(threads, index.original_bytes, PROCESS_MIN_BYTES, processes if index.base is None else False)
+    threads: every worker would have to open and check the base again;
+    but a member of a training run finds and checks its predecessors
+    cheaply (series.py), in each worker as here."""
+    return open_workers(threads, index.original_bytes, PROCESS_MIN_BYTES,
+                        processes if workers_may_decode(index) else False)
+
+
+def workers_may_decode(index) -> bool:
+    """Worker processes can decode the archive on their own: it needs no
+    base, or finds its own (a member of a training run)."""
+    return index.base is None or (index.series is not None and index.series["previous"] is not None)
 
 
 def _threads_for(threads: int, index, processes: bool | None) -> int:
@@ -201,16 +210,19 @@ def _threads_for(threads: int, index, processes: bool | None) -> int:
 
 @contextmanager
 def executing(index, threads: int, processes: bool | None = None,
-              executor: Executor | None = None) -> Iterator[Executing]:
+              executor: Executor | None = None, base=None) -> Iterator[Executing]:
     """The one place choosing between threads and worker processes.
 
     `executor`: worker processes the caller opened (processes_for) and
     shuts down, used unless the archive is coded against a base. Else
     decode_workers decides, and the processes it opens are shut down on
     the way out (queued jobs dropped: Ctrl-C, errors); without them, small
-    archives of small chunks run on one thread (_threads_for)."""
+    archives of small chunks run on one thread (_threads_for). A `base`
+    given by the caller is open here only: threads then."""
+    if base is not None:
+        processes, executor = False, None
     if executor is not None:
-        yield Executing(executor if index.base is None else None, threads)
+        yield Executing(executor if workers_may_decode(index) else None, threads)
         return
     with decode_workers(index, threads, processes) as workers:
         yield Executing(workers, threads if workers is not None else _threads_for(threads, index, processes))

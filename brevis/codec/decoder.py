@@ -78,7 +78,7 @@ def decompress(archive, output=None, *, threads: int = 1, force: bool = False,
     start = time.perf_counter()
     keep_freed_memory()
     archive = Path(archive)
-    with ArchiveReader(archive) as reader, executing(reader.index, threads, processes, executor) as how:
+    with ArchiveReader(archive) as reader, executing(reader.index, threads, processes, executor, base) as how:
         return _decompress(reader, output, how, force, progress, base, start, modes, mtimes, only)
 
 

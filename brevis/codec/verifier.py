@@ -36,7 +36,7 @@ def verify(archive, sources=None, *, threads: int = 1, progress: Progress = None
         source_links = {s.name: link_entry(s).target for s in links}
     with ArchiveReader(Path(archive)) as reader:
         index = reader.index
-        with executing(index, threads, processes, executor) as how:
+        with executing(index, threads, processes, executor, base) as how:
             problems = _check(ChunkDecoder(reader, base), originals, how, progress)
         if originals is not None:
             for k in index.links:
