@@ -25,11 +25,11 @@ __version__ = "0.1.0"
 
 _API = {"compress", "decompress", "explain", "inspect", "learn_prior", "verify",
         "compress_many", "Archive", "extract", "ls", "open_archive", "cat", "default_archive",
-        "compress_run", "remove_checkpoint", "inspect_run"}
+        "compress_run", "remove_checkpoint", "inspect_run", "decompress_run", "verify_run"}
 
 __all__ = ["BrevisError", "compress", "decompress", "verify", "inspect", "ls", "extract", "cat",
            "open_archive", "Archive", "compress_many", "compress_run", "remove_checkpoint", "inspect_run",
-           "learn_prior", "explain", "default_archive",
+           "decompress_run", "verify_run", "learn_prior", "explain", "default_archive",
            "safe_open", "load_file", "__version__"]
 # brevis.open (= open_archive) is not in __all__: `import *` must not hide the builtin.
 

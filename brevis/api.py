@@ -37,7 +37,7 @@ from .fs.atomic import io_failure
 from .synth.planner import DEFAULT_EFFORT
 
 __all__ = ["compress", "compress_many", "compress_run", "remove_checkpoint", "decompress", "verify", "inspect",
-           "inspect_run", "explain", "learn_prior",
+           "inspect_run", "decompress_run", "verify_run", "explain", "learn_prior",
            "Archive", "open_archive", "ls", "extract", "cat", "default_archive"]
 
 Progress = Callable[[int], None] | None
@@ -151,6 +151,23 @@ def compress_run(checkpoints, output: str | os.PathLike | None = None, **options
     from .series import compress_run as run
 
     return run(checkpoints, output, **options)
+
+
+def decompress_run(run: str | os.PathLike, output: str | os.PathLike | None = None, **options) -> dict:
+    """Every checkpoint of a training run's folder of archives, back into
+    `output` (default: the folder's name without .brv.d), all or none
+    (brevis.series.decompress_run: force, threads, modes, mtimes)."""
+    from .series import decompress_run as run_back
+
+    return run_back(run, output, **options)
+
+
+def verify_run(run: str | os.PathLike, sources: str | os.PathLike | None = None, **options) -> dict:
+    """verify every checkpoint of a training run's folder of archives; with
+    `sources`, the run's folder of checkpoints, each against its own."""
+    from .series import verify_run as check
+
+    return check(run, sources, **options)
 
 
 def remove_checkpoint(run: str | os.PathLike, name: str, **options) -> dict:

@@ -581,6 +581,12 @@ def decompress(archive, paths, output, to_stdout, force, base, threads, quiet, a
         raise click.UsageError("PATHS are written to standard output only: add -c (or use brevis cat)")
     if archive == "-" and output is None and not to_stdout:
         raise click.UsageError("name the output of an archive read from standard input with -o (or use -c)")
+    if archive != "-" and os.path.isdir(archive) and not to_stdout:  # a training run's folder of archives
+        s = api.decompress_run(archive, output, force=force, threads=threads or default_threads(),
+                               modes=not no_mode, mtimes=not no_mtime)
+        _emit(as_json, quiet, s, f"{shown(s['output'])}: {_n(s['member_count'], 'checkpoint')}, "
+              f"{_n(s['file_count'], 'file')}, {_size(s['original_bytes'])} in {s['seconds']:.1f} s")
+        return
     with _archive_input(archive) as path:
         if to_stdout:
             s = _cat(archive, path, paths, base, threads)
@@ -638,6 +644,24 @@ def verify(archive, sources, base, threads, quiet, as_json):
     from .codec.chunks import processes_for
 
     threads = threads or default_threads()
+    if archive != "-" and os.path.isdir(archive):  # a training run's folder of archives
+        if len(sources) > 1:
+            raise click.UsageError("a run's folder is compared with one --source: the run's folder of checkpoints")
+        r = api.verify_run(archive, sources[0] if sources else None, threads=threads)
+        if as_json:
+            click.echo(json.dumps(r, indent=1))
+        elif not quiet:
+            for m in r["members"]:
+                for p in m["problems"]:
+                    where = ": ".join(str(x) for x in (m["archive"], p["file"], p["segment"]) if x is not None)
+                    click.echo(f"{where}: {p['error']}", err=True)
+            bad = sum(not m["ok"] for m in r["members"])
+            click.echo(f"{archive}: OK, {_n(r['member_count'], 'checkpoint')}"
+                       + (" match the source" if sources else ", every checksum matches") if r["ok"]
+                       else f"{archive}: FAILED, {bad} of {_n(r['member_count'], 'checkpoint')}")
+        if not r["ok"]:
+            sys.exit(6)
+        return
     with _archive_input(archive) as path:
         total = _archive_total(path, _bar_wanted(quiet))
         with processes_for(path, threads) as workers, Progress(total, quiet, "verify") as progress:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -373,3 +374,77 @@ def remove(run: str | os.PathLike, name: str, **options) -> dict:
     except OSError as e:
         raise BrevisError(f"cannot remove {gone.path}: {e.strerror}") from None
     return {"removed": gone.path.name, "recoded": recoded}
+
+
+# ---------------------------------------------------------------- a whole run back
+def decompress_run(run: str | os.PathLike, output: str | os.PathLike | None = None, *, force: bool = False,
+                   threads: int = 1, **options) -> dict:
+    """Every checkpoint of a run's folder into `output` (default: the
+    folder's name without .brv.d), each as decompress gives it back (its
+    folder, or its file), in the run's order. They are decoded into a
+    hidden folder beside the output and moved in at the end, so a failure
+    leaves none of them; without `force`, an existing checkpoint there is
+    refused before anything is decoded."""
+    from .codec.decoder import decompress
+    from .errors import OutputExists
+    from .fs.staging import remove_tree
+
+    run = Path(run)
+    found = members(run)
+    if not found:
+        raise InvalidArgument(f"{run} holds no checkpoint of a training run")
+    out = Path(output) if output is not None else run.with_name(run.name[:-len(RUN_SUFFIX)] if
+                                                                run.name.endswith(RUN_SUFFIX) else run.name + ".out")
+    if out.exists() and not out.is_dir():
+        raise OutputExists(f"{out} exists and is not a folder")
+    if not force:
+        clash = next((out / m.name for m in found if os.path.lexists(out / m.name)), None)
+        if clash is not None:
+            raise OutputExists(f"{clash} exists", option="force")
+    parent = out.absolute().parent
+    if not parent.is_dir():
+        raise InvalidArgument(f"cannot write {out}: folder {parent} does not exist")
+    import tempfile
+
+    start = time.perf_counter()
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=parent))
+    try:
+        done = [decompress(m.path, stage / m.name, threads=threads, **options) for m in found]
+        out.mkdir(exist_ok=True)
+        for m in found:
+            target = out / m.name
+            if force and target.is_dir() and not target.is_symlink():
+                remove_tree(target)
+            elif force and os.path.lexists(target):
+                target.unlink()
+            os.rename(stage / m.name, target)
+    except OSError as e:
+        raise BrevisError(f"cannot write {out}: {e.strerror}") from None
+    finally:
+        remove_tree(stage)
+    return {"run": str(run), "output": str(out), "member_count": len(found),
+            "file_count": sum(d["file_count"] for d in done),
+            "original_bytes": sum(d["original_bytes"] for d in done), "seconds": time.perf_counter() - start}
+
+
+def verify_run(run: str | os.PathLike, sources: str | os.PathLike | None = None, *, threads: int = 1,
+               **options) -> dict:
+    """verify of every checkpoint of a run's folder; with `sources` (the
+    run's folder of checkpoints), each against its checkpoint there."""
+    from .codec.verifier import verify
+
+    found = members(run)
+    if not found:
+        raise InvalidArgument(f"{run} holds no checkpoint of a training run")
+    rows = []
+    for m in found:
+        src = None
+        if sources is not None:
+            src = Path(sources) / m.name
+            if not os.path.lexists(src):
+                raise InvalidArgument(f"{src}: no such checkpoint to compare {m.path.name} with")
+        r = verify(m.path, [src] if src is not None else None, threads=threads, **options)
+        rows.append({"archive": m.path.name, "ok": r["ok"], "file_count": r["file_count"],
+                     "problems": r["problems"]})
+    return {"run": str(run), "ok": all(r["ok"] for r in rows), "member_count": len(rows), "members": rows,
+            "source_compared": sources is not None}

@@ -19,7 +19,7 @@ import pytest
 import brevis
 from brevis import fleet, series
 from brevis.codec.base_model import tensor_keys
-from brevis.errors import BaseRequired, ChecksumError, FormatError, InvalidArgument
+from brevis.errors import BaseRequired, ChecksumError, FormatError, InvalidArgument, OutputExists
 from brevis.formats import Segment, layout
 
 from helpers import REPO, tree
@@ -149,7 +149,7 @@ def test_api_and_cli_reach_a_member(run, tmp_path):
         names = a.keys()
         assert "head.weight" in names
     want = np.frombuffer((run / "checkpoint-100" / "model.safetensors").read_bytes()[-1536:], np.uint8)
-    with brevis.safe_open(member) as f:
+    with brevis.safe_open(member, framework="np") as f:
         got = f.get_tensor("head.weight")
     assert np.asarray(got).view(np.uint8).tobytes() == want.tobytes()
     assert brevis.ls(member)["file_count"] == 3
@@ -329,3 +329,24 @@ def test_members_decode_in_worker_processes(run, tmp_path):
     assert same_tree(tmp_path / "o", run / "checkpoint-100")
     assert brevis.verify(tmp_path / "r" / "checkpoint-100.brv", [run / "checkpoint-100"], threads=2,
                          processes=True)["ok"]
+
+
+def test_a_whole_run_back_all_or_nothing(run, tmp_path):
+    out = tmp_path / "r.brv.d"
+    brevis.compress_run(run, out, keyframe_every=4)
+    s = brevis.decompress_run(out)
+    assert s["output"] == str(tmp_path / "r") and s["member_count"] == 4
+    assert same_tree(tmp_path / "r", run)
+    with pytest.raises(OutputExists):
+        brevis.decompress_run(out)
+    r = cli("decompress", out, "-o", tmp_path / "again")
+    assert r.returncode == 0, r.stderr
+    assert same_tree(tmp_path / "again", run) and "4 checkpoints" in r.stdout
+    assert brevis.verify_run(out, run)["ok"]
+    r = cli("verify", out, "--source", run)
+    assert r.returncode == 0 and "OK, 4 checkpoints match the source" in r.stdout
+    (out / "checkpoint-50.brv").unlink()  # the third and fourth cannot decode now: nothing is written
+    with pytest.raises(BaseRequired):
+        brevis.decompress_run(out, tmp_path / "none")
+    assert not (tmp_path / "none").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
