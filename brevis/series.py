@@ -138,7 +138,9 @@ class Member:
 
     @property
     def name(self) -> str:
-        return self.series["name"]
+        """The checkpoint's name: its archive's file name less .brv (what
+        decompress_run names its output; never a path read from the index)."""
+        return self.path.name[:-len(SUFFIX)]
 
     @property
     def keyframe(self) -> bool:

@@ -350,3 +350,21 @@ def test_a_whole_run_back_all_or_nothing(run, tmp_path):
         brevis.decompress_run(out, tmp_path / "none")
     assert not (tmp_path / "none").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_names_read_from_an_index_are_never_paths(run, tmp_path):
+    """A checkpoint's name in the index must be a plain name (the writer
+    checks with the reader's parser); decompress_run names its outputs
+    after the archives' own file names anyway."""
+    from brevis.codec.encoder import compress
+
+    for name, why in (("../outside", "unsafe path"), ("a/b", "must be a file or folder name")):
+        record = {"name": name, "position": 0, "step": None, "content": "0" * 32, "previous": None}
+        with pytest.raises(brevis.BrevisError, match=f"readers would refuse it .*{why}"):
+            compress([run / "checkpoint-25"], tmp_path / "x.brv", series=record)
+        assert not (tmp_path / "x.brv").exists()
+    out = tmp_path / "r.brv.d"
+    brevis.compress_run([run / "checkpoint-25"], out)
+    os.rename(out / "checkpoint-25.brv", out / "renamed.brv")
+    brevis.decompress_run(out, tmp_path / "back")
+    assert sorted(p.name for p in (tmp_path / "back").iterdir()) == ["renamed"]

@@ -256,7 +256,8 @@ SERIES_PREVIOUS = Record("series_previous", dict, malformed="malformed series pr
 
 SERIES = Record("series", dict, malformed="malformed series record",
                 doc="a checkpoint of a training run (see Training runs).", items=[
-    Field("name", "name", Str(), doc="the checkpoint's name in the run"),
+    Field("name", "name", Path(), doc="the checkpoint's name in the run: a file or folder name"),
+    Check("'/' not in series_name", "a checkpoint's name must be a file or folder name"),
     Field("position", "position", Int("{v} >= 0", "malformed position"), doc="its place in the run's order"),
     Field("step", "step", Int("{v} >= 0", "malformed step"), default="None", null=True,
           doc="its training step, where its name tells it"),
