@@ -556,7 +556,8 @@ def plan_checkpoints(paths: list[str | os.PathLike], outdir: Path) -> list[Check
     return checkpoints
 
 
-def _archive_prior(archive: Path) -> dict | None:
+def archive_prior(archive: Path) -> dict | None:
+    """The learned prior an archive was made with (its JSON), or None."""
     from .archive.reader import ArchiveReader
 
     try:
@@ -646,7 +647,7 @@ def compress_many(checkpoints: list[str | os.PathLike], outdir: str | os.PathLik
                 prior_json, prior_info = json.dumps(prior.to_json()), {"source": "given", "samples": prior.samples}
             else:
                 for c in sorted(verified, key=fleet.index):
-                    stored = _archive_prior(c.archive)
+                    stored = archive_prior(c.archive)
                     if stored is not None:
                         prior_json = json.dumps(stored)
                         prior_info = {"source": f"archive {c.archive.name}", "samples": stored.get("samples")}

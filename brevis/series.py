@@ -36,6 +36,7 @@ from .archive.format import MAGIC
 from .archive.reader import ArchiveReader
 from .codec.base_model import Base
 from .errors import BaseRequired, BrevisError, ChecksumError, FormatError, InvalidArgument
+from .synth.prior import Prior
 
 # The largest K whose members all decode within 1.5 times a standalone
 # archive of their checkpoint on the MiniLM fine-tuning run (weights and
@@ -229,6 +230,7 @@ def compress_run(paths, output: str | os.PathLike | None = None, *, order: str =
     brevis.compress (threads, effort, prior, exclude, ...); `on_member`:
     called with each member's summary as it is written."""
     from .codec.encoder import compress
+    from .fleet import archive_prior
 
     if keyframe_every < 1:
         raise InvalidArgument("--keyframe-every must be at least 1")
@@ -251,6 +253,11 @@ def compress_run(paths, output: str | os.PathLike | None = None, *, order: str =
     tail_source = next((c for c in items if tail is not None and c.archive == tail.path.name), None)
     depth = len(chain(tail.path)) - 1 if tail is not None else 0
     written, previous_base = [], None
+    # One prior for the run's keyframes and one for the checkpoints coded
+    # against their predecessor, each learned on the first of its kind:
+    # learning is about a third of compressing, and the checkpoints of a
+    # run are alike.
+    priors: dict[str, Prior] = {}
     try:
         if tail is not None and new and depth + 1 < keyframe_every:
             previous_base = _base_of(tail, tail_source)
@@ -266,12 +273,18 @@ def compress_run(paths, output: str | os.PathLike | None = None, *, order: str =
             series = {"name": c.name, "position": position, "step": c.step, "content": content,
                       "previous": None if keyframe else {"archive": tail.path.name,
                                                          "content": tail.series["content"]}}
+            kind = "keyframe" if keyframe else "coded"
+            given = {"prior": priors[kind]} if kind in priors and options.get("prior") is None else {}
             try:
                 s = compress([c.path], out / c.archive, base=None if keyframe else previous_base,
-                             series=series, progress=progress, **options)
+                             series=series, progress=progress, **{**options, **given})
             except BaseException:
                 current.close()
                 raise
+            if kind not in priors and options.get("prior") is None:
+                learned = archive_prior(out / c.archive)
+                if learned is not None:
+                    priors[kind] = Prior.from_json(learned)
             if previous_base is not None:
                 previous_base.close()
             previous_base = current

@@ -368,3 +368,17 @@ def test_names_read_from_an_index_are_never_paths(run, tmp_path):
     os.rename(out / "checkpoint-25.brv", out / "renamed.brv")
     brevis.decompress_run(out, tmp_path / "back")
     assert sorted(p.name for p in (tmp_path / "back").iterdir()) == ["renamed"]
+
+
+def test_a_run_learns_one_prior_per_kind_of_member(run, tmp_path):
+    """Keyframes share the prior learned on the first keyframe, coded
+    members the one learned on the first coded member."""
+    from brevis.archive.reader import ArchiveReader
+
+    s = brevis.compress_run(run, tmp_path / "r", keyframe_every=2)
+    priors = []
+    for w in s["written"]:
+        with ArchiveReader(w["archive"]) as reader:
+            priors.append(json.dumps(reader.index.prior, sort_keys=True))
+    assert [w["keyframe"] for w in s["written"]] == [True, False, True, False]
+    assert priors[0] == priors[2] and priors[1] == priors[3] and priors[0] != priors[1]
