@@ -572,7 +572,8 @@ def prior_learn(sources, output, force, effort, threads, quiet):
 @json_option
 def decompress(archive, paths, output, to_stdout, force, base, threads, quiet, as_json, only=(), no_mode=False,
                no_mtime=False):
-    """Rebuild every archived file, byte for byte ('-': the archive from standard input)."""
+    """Rebuild every archived file, byte for byte ('-': the archive from standard input; a training
+    run's folder of archives: every checkpoint)."""
     if output == "-":
         to_stdout, output = True, None
     if to_stdout and output is not None:
@@ -640,7 +641,8 @@ def cat_command(archive, paths, base, threads, as_json):
 @quiet_option
 @json_option
 def verify(archive, sources, base, threads, quiet, as_json):
-    """Decode everything and check every checksum (exit 0 only if all match)."""
+    """Decode everything and check every checksum (exit 0 only if all match; a training run's folder: every
+    checkpoint, against --source RUN)."""
     from .codec.chunks import processes_for
 
     threads = threads or default_threads()
@@ -687,7 +689,7 @@ def verify(archive, sources, base, threads, quiet, as_json):
 @quiet_option
 @json_option
 def inspect(archive, quiet, as_json):
-    """Show files, tensors, sizes and the program of each tensor."""
+    """Show files, tensors, sizes and the program of each tensor (a training run's folder: its checkpoints)."""
     from .archive.schema import SearchKind, search_kind
 
     with _archive_input(archive) as path:
