@@ -84,9 +84,9 @@ def parsers_enabled() -> bool:
 
 def layout(f: BinaryIO, size: int, name: str) -> tuple[str, list[Segment]]:
     """The format's name and the segments of a file; opaque if nothing parses."""
-    from . import discovery, gguf, onnx, pytorch, safetensors
+    from . import discovery, gguf, numpy_files, onnx, pytorch, safetensors
 
-    for fmt in (safetensors, gguf, pytorch, onnx) if parsers_enabled() else ():
+    for fmt in (safetensors, gguf, numpy_files, pytorch, onnx) if parsers_enabled() else ():
         if fmt.detect(f, size, name):
             try:
                 segments = fmt.parse(f, size)
