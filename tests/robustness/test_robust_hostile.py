@@ -434,7 +434,7 @@ def test_an_archive_carrying_a_bad_prior(tmp_path, seed, prior):
         index["prior"] = {"format": "brevis-prior", "version": 1, "samples": 3, "counts": {}, **prior}
 
     path = craft(tmp_path, seed, edit)
-    assert fleet._archive_prior(path) is None
+    assert fleet.archive_prior(path) is None
     with pytest.raises(InvalidArgument):
         with ArchiveReader(path) as reader:
             Prior.from_json(reader.index.prior)
