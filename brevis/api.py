@@ -147,7 +147,8 @@ def compress_run(checkpoints, output: str | os.PathLike | None = None, **options
     `keyframe_every` (brevis.series.compress_run: order, keyframe_every,
     on_member, and brevis.compress's options). An existing folder of the
     run is appended to. Returns a summary: output, written (a report per
-    new member), kept, member_count, original_bytes, archive_bytes."""
+    new member), kept, skipped (what a run's folder holds besides its
+    checkpoints), member_count, original_bytes, archive_bytes."""
     from .series import compress_run as run
 
     return run(checkpoints, output, **options)

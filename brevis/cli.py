@@ -509,6 +509,7 @@ def compress_run(checkpoints, output, manifests, order, keyframe_every, effort, 
         s = api.compress_run(paths, output, order=order, keyframe_every=keyframe_every, effort=effort,
                              prior=prior, threads=threads or default_threads(), progress=bar,
                              on_member=member_done)
+    _report_skipped(s["skipped"], quiet or as_json)
     kept = f", {_n(len(s['kept']), 'kept')} as they were" if s["kept"] else ""
     sizes = (f": {_size(s['original_bytes'])} -> {_size(s['archive_bytes'])}"
              f" ({100 * s['archive_bytes'] / s['original_bytes']:.1f} %)" if s["original_bytes"] else "")

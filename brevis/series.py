@@ -75,14 +75,16 @@ class Checkpoint:
         return self.name + SUFFIX
 
 
-def checkpoints(paths, order: str = "name") -> list[Checkpoint]:
+def checkpoints(paths, order: str = "name", skipped: list | None = None) -> list[Checkpoint]:
     """The checkpoints of a run in step order.
 
     `paths`: checkpoint folders or files; or one folder holding them (its
     entries whose names tell a step, e.g. `checkpoint-N`, `step_N.pt`,
     `epoch=N.ckpt`). `order`: "name" sorts by the step each name tells
     (refusing names that tell none, or the same one twice); "given" keeps
-    the order of `paths`."""
+    the order of `paths`. What a run's folder holds besides its checkpoints
+    is appended to `skipped` ({"path", "kind", "reason"}, as compress
+    reports what it leaves out)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     roots = [Path(p) for p in paths]
@@ -90,7 +92,11 @@ def checkpoints(paths, order: str = "name") -> list[Checkpoint]:
         if not r.exists():
             raise InvalidArgument(f"{r}: no such file or folder")
     if len(roots) == 1 and roots[0].is_dir() and _holds_checkpoints(roots[0]):
-        roots = sorted(p for p in roots[0].iterdir() if not p.name.startswith(".") and step_of(p.name) is not None)
+        entries = sorted(p for p in roots[0].iterdir() if not p.name.startswith("."))
+        roots = [p for p in entries if step_of(p.name) is not None]
+        if skipped is not None:
+            skipped += [{"path": str(p), "kind": "not a checkpoint", "reason": "its name tells no step"}
+                        for p in entries if step_of(p.name) is None]
     found = [Checkpoint(r, r.resolve().name if r.name in ("", ".", "..") else r.name, step_of(r.name)) for r in roots]
     if not found:
         raise InvalidArgument("no checkpoints given")
@@ -234,7 +240,8 @@ def compress_run(paths, output: str | os.PathLike | None = None, *, order: str =
 
     if keyframe_every < 1:
         raise InvalidArgument("--keyframe-every must be at least 1")
-    items = checkpoints(paths, order)
+    skipped: list[dict] = []
+    items = checkpoints(paths, order, skipped)
     out = Path(output) if output is not None else default_output(paths)
     if out.exists() and not out.is_dir():
         raise InvalidArgument(f"{out} exists and is not a folder")
@@ -300,7 +307,8 @@ def compress_run(paths, output: str | os.PathLike | None = None, *, order: str =
         if previous_base is not None:
             previous_base.close()
     kept = [m.path.name for m in existing]
-    return {"output": str(out), "written": written, "kept": kept, "member_count": len(kept) + len(written),
+    return {"output": str(out), "written": written, "kept": kept, "skipped": skipped,
+            "member_count": len(kept) + len(written),
             "original_bytes": sum(w["original_bytes"] for w in written),
             "archive_bytes": sum(w["archive_bytes"] for w in written)}
 

@@ -167,9 +167,16 @@ def test_api_and_cli_reach_a_member(run, tmp_path):
 
 
 def test_cli_compress_run_default_output_and_json(run):
+    (run / "config.json").write_text("{}")  # beside the checkpoints: not one, and said so
+    r = cli("compress-run", run, "-k", "2")
+    assert r.returncode == 0, r.stderr
+    assert f"brevis: skipped {run / 'config.json'}: its name tells no step" in r.stderr
+    shutil.rmtree(run.parent / "run.brv.d")
     r = cli("compress-run", run, "-k", "2", "--json")
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
+    assert s["skipped"] == [{"path": str(run / "config.json"), "kind": "not a checkpoint",
+                             "reason": "its name tells no step"}]
     assert s["output"] == str(run.parent / "run.brv.d") and s["member_count"] == 4
     assert [w["keyframe"] for w in s["written"]] == [True, False, True, False]
 
