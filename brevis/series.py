@@ -35,7 +35,7 @@ from pathlib import Path
 from .archive.format import MAGIC
 from .archive.reader import ArchiveReader
 from .codec.base_model import Base
-from .errors import BaseRequired, BrevisError, ChecksumError, FormatError, InvalidArgument
+from .errors import BaseRequired, ChecksumError, FormatError, InvalidArgument
 from .synth.prior import Prior
 
 # The largest K whose members all decode within 1.5 times a standalone
@@ -183,14 +183,9 @@ def chain(path: str | os.PathLike) -> list[Member]:
     out = [m]
     seen = {os.path.realpath(m.path)}
     while not m.keyframe:
-        prev = m.path.parent / m.series["previous"]["archive"]
-        if not prev.is_file():
-            raise BaseRequired(f"{m.path} is coded against {prev.name}, the checkpoint before it in its run, "
-                               f"which is not in {prev.parent}")
+        prev = _predecessor(m.path, m.series)
         p = member(prev)
-        if p.series["content"] != m.series["previous"]["content"]:
-            raise ChecksumError(f"{prev} is not the checkpoint {m.path.name} was coded against "
-                                "(its content differs): a wrong or altered predecessor")
+        _check_content(prev, p.series, m.path, m.series)
         key = os.path.realpath(prev)
         if key in seen or len(out) > MAX_CHAIN:
             raise FormatError(f"the predecessors of {path} go round in a loop at {prev.name}")
@@ -205,22 +200,36 @@ def open_predecessor(archive: str | os.PathLike, series: dict, chain: tuple = ()
     checkpoint before it, beside it, checked to be the one it was coded
     against (ChunkDecoder). `chain`: the members decoding that lead here."""
     archive = Path(archive)
-    prev = archive.parent / series["previous"]["archive"]
     here = os.path.realpath(archive)
     if here in chain or len(chain) >= MAX_CHAIN:
         raise FormatError(f"the predecessors of {archive.name} go round in a loop")
-    if not prev.is_file():
-        raise BaseRequired(f"{archive} is coded against {prev.name}, the checkpoint before it in its run, "
-                           f"which is not in {prev.parent}")
+    prev = _predecessor(archive, series)
     with open(prev, "rb") as f:
         if f.read(len(MAGIC)) != MAGIC:
             raise FormatError(f"{prev}, the checkpoint before {archive.name} in its run, is not an archive")
     base = Base.open(prev, chain + (here,))
-    if base.series is None or base.series["content"] != series["previous"]["content"]:
+    try:
+        _check_content(prev, base.series, archive, series)
+    except BaseException:
         base.close()
+        raise
+    return base
+
+
+def _predecessor(archive: Path, series: dict) -> Path:
+    """The archive a member names as its predecessor, beside it (BaseRequired where it is missing)."""
+    prev = archive.parent / series["previous"]["archive"]
+    if not prev.is_file():
+        raise BaseRequired(f"{archive} is coded against {prev.name}, the checkpoint before it in its run, "
+                           f"which is not in {prev.parent}")
+    return prev
+
+
+def _check_content(prev: Path, found: dict | None, archive: Path, series: dict) -> None:
+    """The predecessor's own series record (`found`) names the content the member was coded against."""
+    if found is None or found["content"] != series["previous"]["content"]:
         raise ChecksumError(f"{prev} is not the checkpoint {archive.name} was coded against "
                             "(its content differs): a wrong or altered predecessor")
-    return base
 
 
 # ---------------------------------------------------------------- writing a run
@@ -268,7 +277,7 @@ def compress_run(paths, output: str | os.PathLike | None = None, *, order: str =
     try:
         if tail is not None and new and depth + 1 < keyframe_every:
             previous_base = _base_of(tail, tail_source)
-        for k, c in enumerate(new):
+        for c in new:
             current = Base.open(c.path)
             try:
                 content = content_identity(current)
@@ -363,7 +372,7 @@ def remove(run: str | os.PathLike, name: str, **options) -> dict:
     re-coded one keeps its content identity."""
     from .codec.decoder import decompress
     from .codec.encoder import compress
-    from .fs.staging import remove_tree
+    from .fs.atomic import io_failure
 
     found = members(run)
     names = [m.name for m in found]
@@ -391,11 +400,10 @@ def remove(run: str | os.PathLike, name: str, **options) -> dict:
                      series=series, **options)
             os.replace(target, after.path)
             recoded = after.path.name
-            remove_tree(plain)
     try:
         os.unlink(gone.path)
     except OSError as e:
-        raise BrevisError(f"cannot remove {gone.path}: {e.strerror}") from None
+        raise io_failure(e, f"cannot remove {gone.path}") from None
     return {"removed": gone.path.name, "recoded": recoded}
 
 
@@ -410,6 +418,7 @@ def decompress_run(run: str | os.PathLike, output: str | os.PathLike | None = No
     refused before anything is decoded."""
     from .codec.decoder import decompress
     from .errors import OutputExists
+    from .fs.atomic import io_failure, make_temp, move_new, remove_stale
     from .fs.staging import remove_tree
 
     run = Path(run)
@@ -427,24 +436,30 @@ def decompress_run(run: str | os.PathLike, output: str | os.PathLike | None = No
     parent = out.absolute().parent
     if not parent.is_dir():
         raise InvalidArgument(f"cannot write {out}: folder {parent} does not exist")
-    import tempfile
-
-    start = time.perf_counter()
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=parent))
+    start, started = time.perf_counter(), time.time_ns()
+    try:
+        stage, lock = make_temp(parent, out.name, folder=True)  # as decompress stages (codec/decoder.py)
+    except OSError as e:
+        raise io_failure(e, f"cannot write {out}") from None
+    remove_stale(parent, out.name, started)
     try:
         done = [decompress(m.path, stage / m.name, threads=threads, **options) for m in found]
         out.mkdir(exist_ok=True)
         for m in found:
             target = out / m.name
-            if force and target.is_dir() and not target.is_symlink():
+            if not force:
+                move_new(stage / m.name, target)  # fails where another process made it meanwhile
+                continue
+            if target.is_dir() and not target.is_symlink():
                 remove_tree(target)
-            elif force and os.path.lexists(target):
+            elif os.path.lexists(target):
                 target.unlink()
             os.rename(stage / m.name, target)
     except OSError as e:
-        raise BrevisError(f"cannot write {out}: {e.strerror}") from None
+        raise io_failure(e, f"cannot write {out}") from None
     finally:
         remove_tree(stage)
+        os.close(lock)
     return {"run": str(run), "output": str(out), "member_count": len(found),
             "file_count": sum(d["file_count"] for d in done),
             "original_bytes": sum(d["original_bytes"] for d in done), "seconds": time.perf_counter() - start}

@@ -45,11 +45,21 @@ def tensor_keys(segments) -> dict[int, str]:
     keys = {}
     for s in tensors:
         if count[s.name] > 1:
-            keys[id(s)] = f"{s.name}#{seen.get(s.name, 0)}"
-            seen[s.name] = seen.get(s.name, 0) + 1
+            k = seen.get(s.name, 0)
+            keys[id(s)], seen[s.name] = f"{s.name}#{k}", k + 1
         else:
             keys[id(s)] = s.name
     return keys
+
+
+def keyed_tensors(segments):
+    """(segment, key, own_name) of every tensor of a file: its key as
+    tensor_keys gives it, and its own name where the key is not it."""
+    keys = tensor_keys(segments)
+    for seg in segments:
+        if is_tensor(seg):
+            key = keys[id(seg)]
+            yield seg, key, (seg.name if key != seg.name else None)
 
 
 @dataclass(eq=False)
@@ -78,13 +88,9 @@ class BaseTensor:
 
 
 class Base:
-    def __init__(self, tensors: list[BaseTensor], description: str, closer=None, vouched: bool = False):
+    def __init__(self, tensors: list[BaseTensor], description: str, closer=None, series: dict | None = None):
         self.description = description
-        # Vouched: a member of a training run, whose content identity the
-        # successor checked (series.py) and whose chunks are checked as they
-        # decode; its tensors' SHA-256 need not be computed again.
-        self.vouched = vouched
-        self.series = None  # an archive's series record, where it is a member of a run
+        self.series = series  # an archive's series record, where it is a member of a run
         self.tensors = tensors
         self._closer = closer
         self.by_key = {(t.file, t.name): t for t in tensors}
@@ -107,6 +113,13 @@ class Base:
                 if f.read(len(MAGIC)) == MAGIC:
                     return _archive_base(p, chain)
         return _files_base(p)
+
+    @property
+    def vouched(self) -> bool:
+        """A member of a training run, whose content identity the successor
+        checked (series.py) and whose chunks are checked as they decode: its
+        tensors' SHA-256 need not be computed again."""
+        return self.series is not None
 
     def match(self, file: str, name: str, dtype: DType | None, shape) -> BaseTensor | None:
         """The base tensor for a tensor of the checkpoint, if one fits."""
@@ -145,13 +158,11 @@ def _files_base(path: Path) -> Base:
             fds.append(fd)
             with os.fdopen(os.dup(fd), "rb") as f:
                 _, segments = layout(f, os.fstat(fd).st_size, s.name)
-            keys = tensor_keys(segments)
-            for seg in segments:
-                if is_tensor(seg):
-                    tensors.append(BaseTensor(
-                        s.name, keys[id(seg)], seg.dtype, seg.shape, seg.length,
-                        lambda off, n, fd=fd, start=seg.offset, p=s.path: read_exactly(fd, f"base {p}", start + off, n),
-                        str(s.path), seg.offset, own_name=seg.name if keys[id(seg)] != seg.name else None))
+            for seg, key, own_name in keyed_tensors(segments):
+                tensors.append(BaseTensor(
+                    s.name, key, seg.dtype, seg.shape, seg.length,
+                    lambda off, n, fd=fd, start=seg.offset, p=s.path: read_exactly(fd, f"base {p}", start + off, n),
+                    str(s.path), seg.offset, own_name=own_name))
     except OSError as e:
         for fd in fds:
             os.close(fd)
@@ -176,15 +187,10 @@ def _archive_base(path: Path, chain: tuple = ()) -> Base:
     cache = _ChunkCache(decoder)
     tensors = []
     for f in reader.index.files:
-        keys = tensor_keys(f.segments)
-        for seg in f.segments:
-            if is_tensor(seg):
-                tensors.append(BaseTensor(f.path, keys[id(seg)], seg.dtype, seg.shape, seg.length,
-                                          _ChunkedReader(cache, seg),
-                                          own_name=seg.name if keys[id(seg)] != seg.name else None))
-    base = Base(tensors, str(path), reader.close, vouched=reader.index.series is not None)
-    base.series = reader.index.series
-    return base
+        for seg, key, own_name in keyed_tensors(f.segments):
+            tensors.append(BaseTensor(f.path, key, seg.dtype, seg.shape, seg.length, _ChunkedReader(cache, seg),
+                                      own_name=own_name))
+    return Base(tensors, str(path), reader.close, reader.index.series)
 
 
 class _ChunkCache:
