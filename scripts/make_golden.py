@@ -9,6 +9,7 @@ folder unless --force is given (only ever for a version not yet released).
 
     python scripts/make_golden.py            # writes tests/golden/v1
     python scripts/make_golden.py --version v2
+    python scripts/make_golden.py --version v4     # wide `ans` blocks
     python scripts/make_golden.py --productions   # tests/golden/v1/productions/<id>.json
 
 The source folder is deterministic: a safetensors file with one tensor per
@@ -109,6 +110,25 @@ def build_source_gathered(root: Path) -> None:
     state["steps"] = torch.tensor([1234], dtype=torch.int64)
     torch.save(state, root / "model.pth")
     (root / "config.json").write_text(json.dumps({"blocks": 6, "dtype": "float16"}, indent=2) + "\n")
+    for d in EMPTY_DIRS:
+        (root / d).mkdir(parents=True, exist_ok=True)
+
+
+def build_source_wide(root: Path) -> None:
+    """Version 4 (wide `ans` blocks): a safetensors file whose BF16 weights
+    (257 x 257: a block of more than 2**16 values, not a whole number of
+    groups of 32) and 4-bit codes take wide blocks, beside a small tensor
+    that keeps four states; a config.json and the empty folders."""
+    rng = np.random.default_rng(20261202)
+    w = (rng.standard_normal((257, 257)) * 0.02).astype(np.float32)
+    codes = (rng.integers(0, 16, 66_000) * (rng.random(66_000) < 0.7)).astype(np.uint8)  # 4-bit, mostly 0
+    tensors = {
+        "layer.weight": ("BF16", [257, 257], bf16(w.ravel()).tobytes()),
+        "layer.codes": ("U8", [66_000], codes.tobytes()),
+        "norm.weight": ("F32", [257], (1 + rng.standard_normal(257) * 0.1).astype(np.float32).tobytes()),
+    }
+    write_safetensors(root / "model.safetensors", tensors, {"format": "pt", "golden": "v4"})
+    (root / "config.json").write_text(json.dumps({"hidden_size": 257, "torch_dtype": "bfloat16"}, indent=2) + "\n")
     for d in EMPTY_DIRS:
         (root / d).mkdir(parents=True, exist_ok=True)
 
@@ -555,8 +575,11 @@ def main() -> None:
                     p.unlink()
     source = out / "source"
     source.mkdir(parents=True)
-    (build_source_gathered if int(args.version.lstrip("v") or 1) >= 3 else build_source)(source)
-    summary = brevis.compress([source], out / "archive.brv", threads=1, chunk_bytes=4096)
+    number = int(args.version.lstrip("v") or 1)
+    (build_source_wide if number >= 4 else build_source_gathered if number >= 3 else build_source)(source)
+    # Small chunks, so that tensors span several; from v4 on 128 KiB, so that a
+    # chunk holds a wide block (2**16 values or more).
+    summary = brevis.compress([source], out / "archive.brv", threads=1, chunk_bytes=1 << 17 if number >= 4 else 4096)
     files = sorted(p for p in source.rglob("*") if p.is_file())
     lines = [f"{sha256(p)}  {p.relative_to(source).as_posix()}\n" for p in files]
     (out / "SHA256SUMS").write_text("".join(lines))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import brevis
-from brevis.archive.format import HEADER, HEADER_SIZE
+from brevis.archive.format import HEADER, HEADER_SIZE, VERSION
 from brevis.archive.index import Index
 from brevis.errors import FormatError, InvalidArgument
 from helpers import join, split
@@ -60,15 +60,15 @@ def test_hub_cache_round_trips_with_links_counted_once(tmp_path):
     assert report["link_count"] == 3
 
 
-def test_archives_are_format_version_3_with_or_without_links(tmp_path):
-    """Version 3 (BLAKE3 chunk digests) holds links as version 2 did: a reader
-    of version 1 alone refuses it, dropping nothing."""
+def test_archives_are_the_newest_format_version_with_or_without_links(tmp_path):
+    """Version 4 (as 3: BLAKE3 chunk digests) holds links as version 2 did: a
+    reader of version 1 alone refuses it, dropping nothing."""
     repo = hub_cache(tmp_path)
     brevis.compress([repo], tmp_path / "links.brv")
     brevis.compress([repo / "blobs"], tmp_path / "plain.brv")
     version = lambda p: HEADER.unpack(p.read_bytes()[:HEADER_SIZE])[1]  # noqa: E731
-    assert version(tmp_path / "links.brv") == 3
-    assert version(tmp_path / "plain.brv") == 3
+    assert version(tmp_path / "links.brv") == VERSION == 4
+    assert version(tmp_path / "plain.brv") == VERSION
     _, index = split((tmp_path / "plain.brv").read_bytes())
     assert "links" not in index  # archives without links keep the version 1 index
 

@@ -143,7 +143,7 @@ class Index:
 
 STREAM = Record("stream", tuple, array=True, malformed="malformed stream location", doc=(
     "where a stream lies: its offset in the archive, its stored length, the check of its stored bytes "
-    "(format version 3: the low 32 bits of XXH3-64; versions 1 and 2: zlib's CRC-32)."), items=[
+    "(format version 3 on: the low 32 bits of XXH3-64; versions 1 and 2: zlib's CRC-32)."), items=[
     Field(0, "offset", Int(doc="integer, from the end of the header"), doc="absolute offset"),
     Field(1, "length", Int(doc="integer >= 0"), doc="stored bytes"),
     Field(2, "crc", Int(doc="integer below 2^32"), doc="check of the stored bytes (XXH3-64 low 32 bits, or CRC-32)"),
@@ -162,7 +162,7 @@ CHUNK = Record("chunk", Chunk, array=True, malformed="malformed chunk", doc=(
                              message="chunk has the wrong number of streams", doc="as many as the program reads"),
           doc="one per leaf of the program, in order"),
     Field(3, "digest", Hex(DIGEST_BYTES, raw=True, message="malformed checksum"),
-          doc="first 16 bytes of the BLAKE3 (format version 3; SHA-256 in versions 1 and 2) of the chunk's "
+          doc="first 16 bytes of the BLAKE3 (format version 3 on; SHA-256 in versions 1 and 2) of the chunk's "
               "original bytes"),
     Check("segment_peaks[chunk_program] * chunk_n <= MAX_DECODE_BYTES",
           "chunk of {chunk_n!r} elements would take more than MAX_DECODE_BYTES to decode with its program"),

@@ -1,7 +1,8 @@
 /* Binned interleaved rANS: the hot loops of the `ans` coder (brevis/dsl/entropy.py).
  *
  * A value is coded as its bin (rANS, four 32-bit states taking the values in
- * turn, value i in state i % 4, renormalized by 16-bit words) and its offset
+ * turn, value i in state i % 4, renormalized by 16-bit words; 32 states in a
+ * wide block, decoded eight at a time with AVX2 where the CPU has it) and its offset
  * in the bin (the value's low obits[bin] bits, in a separate little-endian
  * bit stream). The model (bins, frequencies summing to 2^P, P <= 16) is
  * chosen, written and read here as entropy.py's Python does it, to the bit
@@ -20,6 +21,9 @@
 #include <math.h>
 
 #define LANES 4
+#define WIDE_LANES 32  /* a wide block's states (entropy.py WIDE_LANES) */
+#define WIDE_FLAG 0x80  /* in a stream's first byte: its blocks are wide */
+#define MAX_LANES WIDE_LANES
 #define RANS_L (1u << 16)
 #define MIN_BLOCK_LOG 10  /* the block sizes a reader accepts: entropy.py */
 #define MAX_BLOCK_LOG 24
@@ -49,7 +53,7 @@ static inline uint32_t load(const void *p, int width, Py_ssize_t i) {
  * recip: bins entries, all the caller's): the final states, the words
  * (e->words[0..nwords), in decoding order) and the offset bytes. 0, or -1
  * where a value lies outside its bin. Needs no GIL. */
-typedef struct { uint16_t *words; uint8_t *offs; recip_t *recip; uint32_t x[LANES]; size_t nwords, noffs; } enc_t;
+typedef struct { uint16_t *words; uint8_t *offs; recip_t *recip; uint32_t x[MAX_LANES]; size_t nwords, noffs; int lanes; } enc_t;
 
 static int encode_core(const uint16_t *ranks, const void *values, Py_ssize_t n, int width, const uint32_t *freq,
                        const uint32_t *cum, const uint32_t *lower, const uint8_t *obits, Py_ssize_t bins, int P,
@@ -105,21 +109,37 @@ static int encode_core(const uint16_t *ranks, const void *values, Py_ssize_t n, 
             uint32_t q = (uint32_t)(((unsigned __int128)X * rc->m) >> rc->l); \
             X = (q << P) + (X - q * f) + cum[r]; \
         }
-        uint32_t x0 = RANS_L, x1 = RANS_L, x2 = RANS_L, x3 = RANS_L;
-        Py_ssize_t whole = n & ~(Py_ssize_t)(LANES - 1);
-        for (Py_ssize_t i = n - 1; i >= whole && !bad; i--) {
-            switch (i & 3) {
-            case 0: do { ENC(x0, i) } while (0); break;
-            case 1: do { ENC(x1, i) } while (0); break;
-            case 2: do { ENC(x2, i) } while (0); break;
-            default: do { ENC(x3, i) } while (0); break;
+        if (e->lanes == LANES) {
+            uint32_t x0 = RANS_L, x1 = RANS_L, x2 = RANS_L, x3 = RANS_L;
+            Py_ssize_t whole = n & ~(Py_ssize_t)(LANES - 1);
+            for (Py_ssize_t i = n - 1; i >= whole && !bad; i--) {
+                switch (i & 3) {
+                case 0: do { ENC(x0, i) } while (0); break;
+                case 1: do { ENC(x1, i) } while (0); break;
+                case 2: do { ENC(x2, i) } while (0); break;
+                default: do { ENC(x3, i) } while (0); break;
+                }
             }
-        }
-        for (Py_ssize_t i = whole - LANES; i >= 0 && !bad; i -= LANES) {
-            do { ENC(x3, i + 3) ENC(x2, i + 2) ENC(x1, i + 1) ENC(x0, i) } while (0);
+            for (Py_ssize_t i = whole - LANES; i >= 0 && !bad; i -= LANES) {
+                do { ENC(x3, i + 3) ENC(x2, i + 2) ENC(x1, i + 1) ENC(x0, i) } while (0);
+            }
+            x[0] = x0; x[1] = x1; x[2] = x2; x[3] = x3;
+        } else {  /* a wide block: value i in state i % 32, the same steps, whole groups without a modulo */
+            for (Py_ssize_t k = 0; k < WIDE_LANES; k++) x[k] = RANS_L;
+            Py_ssize_t whole = n & ~(Py_ssize_t)(WIDE_LANES - 1);
+            for (Py_ssize_t i = n - 1; i >= whole && !bad; i--) {
+                uint32_t X = x[i - whole];
+                do { ENC(X, i) } while (0);
+                x[i - whole] = X;
+            }
+            for (Py_ssize_t i = whole - WIDE_LANES; i >= 0 && !bad; i -= WIDE_LANES)
+                for (int k = WIDE_LANES - 1; k >= 0 && !bad; k--) {
+                    uint32_t X = x[k];
+                    do { ENC(X, i + k) } while (0);
+                    x[k] = X;
+                }
         }
 #undef ENC
-        x[0] = x0; x[1] = x1; x[2] = x2; x[3] = x3;
         nwords = (size_t)(end - ptr);
         memmove(words, ptr, nwords * 2);
     }
@@ -128,13 +148,14 @@ static int encode_core(const uint16_t *ranks, const void *values, Py_ssize_t n, 
     return bad ? -1 : 0;
 }
 
-/* The rANS bytes of an encoding: the four final states, then the words, little-endian. */
+/* The rANS bytes of an encoding: the final states, then the words, little-endian. */
 static void put_rans(const enc_t *e, uint8_t *out) {
-    for (int k = 0; k < LANES; k++)
+    const int lanes = e->lanes;
+    for (int k = 0; k < lanes; k++)
         for (int j = 0; j < 4; j++) out[4 * k + j] = (uint8_t)(e->x[k] >> (8 * j));
     for (size_t w = 0; w < e->nwords; w++) {  /* little-endian on every host */
-        out[4 * LANES + 2 * w] = (uint8_t)(e->words[w] & 0xff);
-        out[4 * LANES + 2 * w + 1] = (uint8_t)(e->words[w] >> 8);
+        out[4 * lanes + 2 * w] = (uint8_t)(e->words[w] & 0xff);
+        out[4 * lanes + 2 * w + 1] = (uint8_t)(e->words[w] >> 8);
     }
 }
 
@@ -319,6 +340,311 @@ static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_
     if (!bad) {
         if (x0 != RANS_L || x1 != RANS_L || x2 != RANS_L || x3 != RANS_L) bad = 1;
         if (ptr != end || op != oend || fill >= 8 || acc) bad = 1;
+    }
+    return bad ? "damaged stream" : NULL;
+}
+
+/* A wide block: 32 states, value i in state i % 32, sharing one word
+ * stream as the four of a narrow block do (after a value's step its state
+ * takes the next word if it fell below 2^16, values in order). The AVX2
+ * kernel takes 32 values at a time: four vectors of eight states step
+ * independently (their table loads overlap), then renormalize in order,
+ * each taking as many words as its lanes need, placed by a permutation
+ * chosen from the lanes' mask; the offsets' positions are a prefix sum of
+ * their widths, read with a gather. Frequencies below 2^16.
+ * For 32-bit values the bin's lower value and offset width come from two
+ * tables (vtab, wtab), or from vtab alone with NULL for wtab where the
+ * lower value's low 6 bits are zero (a field of 22 bits or more: its key is
+ * its top 16 bits) and hold the width; offsets come from two gathers.
+ * A kernel's contract: it decodes whole groups while one starts no further
+ * than `wsafe` bytes into the words and `osafe` bits into the offsets (a
+ * group reads at most 64 + 16 bytes of words past its start and 4 * 32 + 8
+ * of offsets past its first position: the caller sets the limits so that
+ * these lie inside its buffers), sets *done to the groups decoded, and
+ * returns 1 where one ended past `wlimit` or `olimit` (a damaged stream). */
+#define WIDE_READS 160  /* bytes a group may read past where it starts (32-bit values: 128 + 8 of offsets), rounded up */
+static int32_t wide_perm[256][8];  /* lane k of mask m takes word popcount(m & ((1 << k) - 1)) */
+static int wide_simd = -1;  /* whether the AVX2 kernel runs: -1 not yet known */
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_WIDE_AVX2 1
+__attribute__((target("avx2")))
+static int wide_avx2(const uint32_t *packed, const uint32_t *vtab, const uint32_t *wtab, uint32_t *xs, const uint8_t *words,
+                     uint64_t wsafe, uint64_t wlimit, uint64_t *wat, const uint8_t *offs, uint64_t osafe,
+                     uint64_t olimit, uint64_t *opos, Py_ssize_t groups, Py_ssize_t *done, int P, int width,
+                     uint8_t *out) {
+    __m256i x[4];
+    for (int g = 0; g < 4; g++) x[g] = _mm256_loadu_si256((const __m256i *)(xs + 8 * g));
+    const __m256i mask = _mm256_set1_epi32((int)((1u << P) - 1)), lo16 = _mm256_set1_epi32(0xffff);
+    const __m256i below = _mm256_set1_epi32(RANS_L - 1), one = _mm256_set1_epi32(1), seven = _mm256_set1_epi32(7);
+    const __m256i low6 = _mm256_set1_epi32(63);
+    const __m128i shift = _mm_cvtsi32_si128(P);
+    uint64_t at = *wat;
+    uint32_t pos = (uint32_t)*opos;
+    int bad = 0;
+    Py_ssize_t grp = 0;
+    for (; grp < groups && at <= wsafe && pos <= osafe; grp++) {
+        __m256i v[4], r[4], wd[4];
+        for (int g = 0; g < 4; g++) {
+            __m256i slot = _mm256_and_si256(x[g], mask);
+            __m256i e = _mm256_i32gather_epi32((const int *)packed, slot, 4);
+            v[g] = _mm256_i32gather_epi32((const int *)vtab, slot, 4);
+            if (width != 4) wd[g] = _mm256_srli_epi32(v[g], 16);
+            else if (wtab) wd[g] = _mm256_i32gather_epi32((const int *)wtab, slot, 4);
+            else {  /* the width in the low 6 bits of the lower value, which are zero */
+                wd[g] = _mm256_and_si256(v[g], low6);
+                v[g] = _mm256_andnot_si256(low6, v[g]);
+            }
+            x[g] = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(e, lo16), _mm256_srl_epi32(x[g], shift)),
+                                    _mm256_srli_epi32(e, 16));
+        }
+        for (int g = 0; g < 4; g++) {
+            __m256i need = _mm256_cmpeq_epi32(_mm256_min_epu32(x[g], below), x[g]);
+            unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(need));
+            __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(words + at)));
+            w = _mm256_permutevar8x32_epi32(w, _mm256_loadu_si256((const __m256i *)wide_perm[m]));
+            x[g] = _mm256_blendv_epi8(x[g], _mm256_or_si256(_mm256_slli_epi32(x[g], 16), w), need);
+            at += 2 * (uint64_t)__builtin_popcount(m);
+        }
+        for (int g = 0; g < 4; g++) {
+            __m256i t = _mm256_add_epi32(wd[g], _mm256_slli_si256(wd[g], 4));
+            t = _mm256_add_epi32(t, _mm256_slli_si256(t, 8));
+            __m256i carry = _mm256_shuffle_epi32(t, 0xff);
+            t = _mm256_add_epi32(t, _mm256_permute2x128_si256(carry, carry, 0x08));  /* inclusive prefix sum */
+            __m256i p = _mm256_add_epi32(_mm256_set1_epi32((int)pos), _mm256_sub_epi32(t, wd[g]));
+            __m256i at8 = _mm256_srli_epi32(p, 3), bit = _mm256_and_si256(p, seven);
+            __m256i got = _mm256_srlv_epi32(_mm256_i32gather_epi32((const int *)offs, at8, 1), bit);
+            /* a width of 32 shifts the mask's 1 out: all ones, as it should */
+            __m256i keep = _mm256_sub_epi32(_mm256_sllv_epi32(one, wd[g]), one);
+            if (width == 4) {  /* up to 7 + 32 bits: the next four bytes too (a shift by 32 gives 0) */
+                __m256i next = _mm256_i32gather_epi32((const int *)offs, _mm256_add_epi32(at8, _mm256_set1_epi32(4)), 1);
+                got = _mm256_or_si256(got, _mm256_sllv_epi32(next, _mm256_sub_epi32(_mm256_set1_epi32(32), bit)));
+                r[g] = _mm256_add_epi32(v[g], _mm256_and_si256(got, keep));
+            } else
+                r[g] = _mm256_add_epi32(_mm256_and_si256(v[g], lo16), _mm256_and_si256(got, keep));
+            pos += (uint32_t)_mm256_extract_epi32(t, 7);
+        }
+        if (width == 4) {
+            for (int g = 0; g < 4; g++) _mm256_storeu_si256((__m256i *)(out + 128 * grp + 32 * g), r[g]);
+            if (at > wlimit || pos > olimit) { bad = 1; grp++; break; }
+            continue;
+        }
+        __m256i a = _mm256_packus_epi32(r[0], r[1]), b = _mm256_packus_epi32(r[2], r[3]);
+        if (width == 1) {
+            __m256i c = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(a, b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i *)(out + 32 * grp), c);
+        } else {
+            _mm256_storeu_si256((__m256i *)(out + 64 * grp), _mm256_permute4x64_epi64(a, 0xd8));
+            _mm256_storeu_si256((__m256i *)(out + 64 * grp + 32), _mm256_permute4x64_epi64(b, 0xd8));
+        }
+        if (at > wlimit || pos > olimit) { bad = 1; grp++; break; }
+    }
+    for (int g = 0; g < 4; g++) _mm256_storeu_si256((__m256i *)(xs + 8 * g), x[g]);
+    *wat = at;
+    *opos = pos;
+    *done = grp;
+    return bad;
+}
+#endif
+
+/* The kernel's contract one value at a time, for a CPU without AVX2: the
+ * 32 states are independent but for the shared word position, so their
+ * steps overlap as the vectors' do. */
+static inline uint64_t load8(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+
+#define WIDE_SCALAR(NAME, T) \
+static int NAME(const uint32_t *packed, const uint32_t *vtab, uint32_t *x, const uint8_t *words, uint64_t wsafe, \
+                uint64_t wlimit, uint64_t *wat, const uint8_t *offs, uint64_t osafe, uint64_t olimit, uint64_t *opos, \
+                Py_ssize_t groups, Py_ssize_t *done, int P, T *out) { \
+    const uint32_t mask = (1u << P) - 1; \
+    uint64_t at = *wat, pos = *opos; \
+    int bad = 0; \
+    Py_ssize_t grp = 0; \
+    for (; grp < groups && at <= wsafe && pos <= osafe; grp++, out += WIDE_LANES) { \
+        for (int k = 0; k < WIDE_LANES; k++) { \
+            uint32_t X = x[k], slot = X & mask, e = packed[slot], v = vtab[slot]; \
+            X = (e & 0xffff) * (X >> P) + (e >> 16); \
+            uint32_t need = X < RANS_L, word = (uint32_t)words[at] | (uint32_t)words[at + 1] << 8; \
+            x[k] = (X << (need << 4)) | (word & (0u - need)); \
+            at += 2 * need; \
+            uint32_t w = v >> 16; \
+            out[k] = (T)((v & 0xffff) + ((uint32_t)(load8(offs + (pos >> 3)) >> (pos & 7)) & ((1u << w) - 1))); \
+            pos += w; \
+        } \
+        if (at > wlimit || pos > olimit) { bad = 1; grp++; break; } \
+    } \
+    *wat = at; \
+    *opos = pos; \
+    *done = grp; \
+    return bad; \
+}
+WIDE_SCALAR(wide_scalar8, uint8_t)
+WIDE_SCALAR(wide_scalar16, uint16_t)
+#undef WIDE_SCALAR
+
+/* vmask: the lower value's bits in vtab (the width may sit in the low 6). */
+static int wide_scalar32(const uint32_t *packed, const uint32_t *vtab, const uint32_t *wtab, uint32_t *x,
+                         const uint8_t *words, uint64_t wsafe, uint64_t wlimit, uint64_t *wat, const uint8_t *offs,
+                         uint64_t osafe, uint64_t olimit, uint64_t *opos, Py_ssize_t groups, Py_ssize_t *done, int P,
+                         uint32_t vmask, uint32_t *out) {
+    const uint32_t mask = (1u << P) - 1;
+    uint64_t at = *wat, pos = *opos;
+    int bad = 0;
+    Py_ssize_t grp = 0;
+    for (; grp < groups && at <= wsafe && pos <= osafe; grp++, out += WIDE_LANES) {
+        for (int k = 0; k < WIDE_LANES; k++) {
+            uint32_t X = x[k], slot = X & mask, e = packed[slot], w = wtab[slot];
+            X = (e & 0xffff) * (X >> P) + (e >> 16);
+            uint32_t need = X < RANS_L, word = (uint32_t)words[at] | (uint32_t)words[at + 1] << 8;
+            x[k] = (X << (need << 4)) | (word & (0u - need));
+            at += 2 * need;
+            out[k] = (vtab[slot] & vmask) + (uint32_t)((load8(offs + (pos >> 3)) >> (pos & 7)) & (((uint64_t)1 << w) - 1));
+            pos += w;
+        }
+        if (at > wlimit || pos > olimit) { bad = 1; grp++; break; }
+    }
+    *wat = at;
+    *opos = pos;
+    *done = grp;
+    return bad;
+}
+
+static int wide_simd_usable(void) {
+    if (wide_simd < 0) {
+        int ok = 0;
+#ifdef HAVE_WIDE_AVX2
+        __builtin_cpu_init();
+        ok = __builtin_cpu_supports("avx2");
+#endif
+        wide_simd = ok;
+    }
+    return wide_simd;
+}
+
+/* A wide block (as decode_core, whose checks it makes): the AVX2 kernel
+ * where it runs and applies, then one value at a time. `simd` 0 forces
+ * the scalar loop (the tests hold the two to the same values). */
+static const char *decode_wide(const uint8_t *in, Py_ssize_t inlen, const uint8_t *offs, Py_ssize_t offslen,
+                               Py_ssize_t n, int width, int bits, const uint32_t *freq, const uint32_t *cum,
+                               const uint32_t *lower, const uint8_t *obits, Py_ssize_t bins, int P, void *out,
+                               uint16_t *slots, uint32_t *packed, uint32_t *vtab, uint32_t *wtab, int simd) {
+    const int lanes = WIDE_LANES;
+    uint32_t M = 1u << P;
+    if (bins < 1 || bins > (Py_ssize_t)M || bins > 65536) return "bad model";
+    if (inlen < 4 * lanes || (inlen - 4 * lanes) % 2) return "damaged stream (length)";
+    uint32_t total = 0, most = 0;
+    for (Py_ssize_t r = 0; r < bins; r++) {
+        if (freq[r] == 0 || cum[r] != total || freq[r] > M - total || obits[r] > 8 * width) return "bad model";
+        for (uint32_t j = 0; j < freq[r]; j++) slots[total + j] = (uint16_t)r;
+        if (freq[r] > most) most = freq[r];
+        total += freq[r];
+    }
+    if (total != M) return "bad model";
+    uint32_t x[WIDE_LANES];
+    int bad = 0;
+    for (int k = 0; k < lanes; k++) {
+        x[k] = (uint32_t)in[4 * k] | (uint32_t)in[4 * k + 1] << 8 | (uint32_t)in[4 * k + 2] << 16 | (uint32_t)in[4 * k + 3] << 24;
+        if (x[k] < RANS_L) bad = 1;
+    }
+    const uint8_t *words = in + 4 * lanes;
+    const uint64_t wlen = (uint64_t)(inlen - 4 * lanes), olen = (uint64_t)offslen;
+    uint64_t at = 0, pos = 0;  /* bytes of words read, bits of offsets read */
+    Py_ssize_t i = 0;
+    uint8_t *o8 = out;
+    uint16_t *o16 = out;
+    uint32_t *o32 = out;
+    /* Whole groups of 32 values through a kernel (the
+     * AVX2 one where offset positions fit its 32-bit lanes), from the
+     * streams themselves while a group's reads stay inside them, then from
+     * copies of their last bytes with zero padding: nothing is read past a
+     * buffer, and no copy of a stream is made. */
+    if (!bad && most < 65536 && n >= lanes) {
+        /* a field of 22 bits or more: the width in the lower value's low 6 bits (zero) */
+        int low_width = width == 4 && bits >= 22;
+        for (Py_ssize_t r = 0, t = 0; r < bins; r++) {
+            uint32_t v = width != 4 ? lower[r] | (uint32_t)obits[r] << 16 : low_width ? lower[r] | obits[r] : lower[r];
+            for (uint32_t j = 0; j < freq[r]; j++, t++) {
+                packed[t] = freq[r] | j << 16; vtab[t] = v;
+                if (width == 4) wtab[t] = obits[r];
+            }
+        }
+        uint8_t wtail[2 * WIDE_READS], otail[2 * WIDE_READS];
+        int avx2 = 0;
+#ifdef HAVE_WIDE_AVX2
+        avx2 = simd && 8 * (olen + WIDE_READS) < ((uint64_t)1 << 31) && wide_simd_usable();
+#endif
+        Py_ssize_t groups = n / lanes, done = 0;
+        while (!bad && done < groups) {
+            /* where this pass reads: each stream itself, or the copy of its
+             * last bytes (fewer than WIDE_READS) from the byte it is at; the
+             * first group of a pass always starts (no pass is empty) */
+            const uint8_t *wb = words, *ob = offs;
+            uint64_t wbase = 0, obase = 0, wsafe, wlimit = wlen, osafe, olimit = 8 * olen;
+            if (at + WIDE_READS <= wlen) wsafe = wlen - WIDE_READS;
+            else {
+                wbase = at;
+                size_t len = at < wlen ? (size_t)(wlen - at) : 0;
+                memcpy(wtail, words + wbase, len); memset(wtail + len, 0, sizeof wtail - len);
+                wb = wtail; wsafe = wlimit = len;
+            }
+            if (pos + 8 * WIDE_READS <= 8 * olen) osafe = 8 * (olen - WIDE_READS);
+            else {
+                obase = pos >> 3;
+                size_t len = obase < olen ? (size_t)(olen - obase) : 0;
+                memcpy(otail, offs + obase, len); memset(otail + len, 0, sizeof otail - len);
+                ob = otail; osafe = olimit = 8 * (uint64_t)len;
+            }
+            uint64_t wat = at - wbase, opos = pos - 8 * obase;
+            Py_ssize_t did = 0;
+#ifdef HAVE_WIDE_AVX2
+            if (avx2)
+                bad = wide_avx2(packed, vtab, low_width ? NULL : wtab, x, wb, wsafe, wlimit, &wat, ob, osafe, olimit, &opos, groups - done,
+                                &did, P, width, o8 + done * lanes * width);
+            else
+#endif
+            if (width == 4) bad = wide_scalar32(packed, vtab, wtab, x, wb, wsafe, wlimit, &wat, ob, osafe, olimit,
+                                                &opos, groups - done, &did, P, low_width ? ~63u : ~0u,
+                                                o32 + done * lanes);
+            else if (width == 1) bad = wide_scalar8(packed, vtab, x, wb, wsafe, wlimit, &wat, ob, osafe, olimit, &opos,
+                                               groups - done, &did, P, o8 + done * lanes);
+            else bad = wide_scalar16(packed, vtab, x, wb, wsafe, wlimit, &wat, ob, osafe, olimit, &opos,
+                                     groups - done, &did, P, o16 + done * lanes);
+            at = wbase + wat;
+            pos = 8 * obase + opos;
+            done += did;
+            if (!did) bad = 1;  /* never (see above): no pass may leave it looping */
+        }
+        i = done * lanes;
+    }
+    for (; i < n && !bad; i++) {
+        uint32_t X = x[i % lanes], slot = X & (M - 1), r = slots[slot];
+        X = freq[r] * (X >> P) + slot - cum[r];
+        if (X < RANS_L) {
+            if (at + 2 > wlen) { bad = 1; break; }
+            X = (X << 16) | (uint32_t)words[at] | (uint32_t)words[at + 1] << 8;
+            at += 2;
+        }
+        x[i % lanes] = X;
+        uint32_t w = obits[r], v = lower[r];
+        if (w) {
+            if (pos + w > 8 * olen) { bad = 1; break; }
+            v += (uint32_t)((load_bits(offs, olen, pos >> 3) >> (pos & 7)) & (((uint64_t)1 << w) - 1));
+            pos += w;
+        }
+        if (width == 1) o8[i] = (uint8_t)v; else if (width == 2) o16[i] = (uint16_t)v; else o32[i] = v;
+    }
+    if (!bad) {
+        for (int k = 0; k < lanes; k++) if (x[k] != RANS_L) bad = 1;
+        /* every word read, every offset byte read, its padding bits zero */
+        if (at != wlen || (pos + 7) / 8 != olen || ((pos & 7) && (offs[pos >> 3] >> (pos & 7)))) bad = 1;
     }
     return bad ? "damaged stream" : NULL;
 }
@@ -544,7 +870,7 @@ static void put_varint(uint8_t *out, size_t *pos, uint64_t v) {
     out[(*pos)++] = (uint8_t)v;
 }
 
-/* encode_block(values, width, bits, bin_cost, node_cost) -> bytes
+/* encode_block(values, width, bits, bin_cost, node_cost, lanes=4) -> bytes
  * One block of the `ans` stream as entropy.py's _encode_block writes it
  * (its model, rANS part and offsets), every step here: the Python steps
  * cost 40 us a block, a third of coding BF16 weights in blocks of 4096.
@@ -553,10 +879,10 @@ static void put_varint(uint8_t *out, size_t *pos, uint64_t v) {
  * tests check it). */
 static PyObject *rans_encode_block(PyObject *self, PyObject *args) {
     PyObject *obj;
-    int width, bits;
+    int width, bits, lanes = LANES;
     double bin_cost, node_cost;
-    if (!PyArg_ParseTuple(args, "Oiidd", &obj, &width, &bits, &bin_cost, &node_cost)) return NULL;
-    if ((width != 1 && width != 2 && width != 4) || bits < 1 || bits > 8 * width) {
+    if (!PyArg_ParseTuple(args, "Oiidd|i", &obj, &width, &bits, &bin_cost, &node_cost, &lanes)) return NULL;
+    if ((width != 1 && width != 2 && width != 4) || bits < 1 || bits > 8 * width || (lanes != LANES && lanes != WIDE_LANES)) {
         PyErr_SetString(PyExc_ValueError, "bad encode_block arguments");
         return NULL;
     }
@@ -572,6 +898,7 @@ static PyObject *rans_encode_block(PyObject *self, PyObject *args) {
     uint16_t *ranks = NULL;
     Py_ssize_t *order = NULL;
     enc_t e = {0};
+    e.lanes = lanes;
     if (n < 1) { PyErr_SetString(PyExc_ValueError, "an empty block"); goto done; }
     Py_ssize_t d = count_keys(values, n, width, shift, key_bits);
     if (d < 0) { PyErr_SetString(PyExc_ValueError, "a key is out of range"); goto done; }
@@ -634,7 +961,7 @@ static PyObject *rans_encode_block(PyObject *self, PyObject *args) {
     }
     /* model: P, the trie's codes four to a byte, freq - 1 varints; the rANS
      * length varint, the rANS bytes, the offsets */
-    size_t rlen = 4 * LANES + e.nwords * 2, cap = 1 + (t.ncodes + 3) / 4 + 10 * (size_t)bins + 10 + rlen + e.noffs;
+    size_t rlen = 4 * (size_t)lanes + e.nwords * 2, cap = 1 + (t.ncodes + 3) / 4 + 10 * (size_t)bins + 10 + rlen + e.noffs;
     out = PyMem_Malloc(cap);
     if (!out) { PyErr_NoMemory(); goto done; }
     size_t pos = 0;
@@ -750,12 +1077,13 @@ static const char *parse_model(const uint8_t *data, Py_ssize_t len, int key_bits
     return NULL;
 }
 
-/* A whole `ans` stream (data, len: its block-size byte, then one block, or
- * blocks of 2^B values each after its varint length) of n >= 1 values of a
+/* A whole `ans` stream (data, len: its block-size byte, WIDE_FLAG set where
+ * its blocks are wide, then one block, or blocks of 2^B values each after
+ * its varint length) of n >= 1 values of a
  * `bits`-bit field into out (n values of width bytes), checked as
  * entropy.py's Ans.decode does: NULL, or what is wrong. Needs no GIL. */
 static const char *stream_decode(const uint8_t *data, Py_ssize_t len, Py_ssize_t n, int width, int bits,
-                                 uint8_t *out) {
+                                 uint8_t *out, int simd) {
     int shift = bits > 16 ? bits - 16 : 0, key_bits = bits - shift;
     /* scratch: the model of a block (at most 2^key_bits bins), its cumulative
      * and shifted forms, its bins; the slots, grown to the largest P met */
@@ -773,7 +1101,7 @@ static const char *stream_decode(const uint8_t *data, Py_ssize_t len, Py_ssize_t
     const char *error = NULL;
     if (len < 1) error = "empty stream";
     else {
-        int block_log = data[0];
+        int wide = data[0] & WIDE_FLAG, block_log = data[0] & ~WIDE_FLAG;
         Py_ssize_t pos = 1, size = block_log ? (Py_ssize_t)1 << block_log : n;
         if (block_log && (block_log < MIN_BLOCK_LOG || block_log > MAX_BLOCK_LOG)) error = "block size out of range";
         for (Py_ssize_t start = 0; !error && start < n; start += size) {
@@ -793,7 +1121,7 @@ static const char *stream_decode(const uint8_t *data, Py_ssize_t len, Py_ssize_t
             if (P > slots_log) {
                 uint16_t *grown = PyMem_RawRealloc(slots, sizeof(uint16_t) << P);
                 if (grown) slots = grown;
-                uint32_t *more = PyMem_RawRealloc(packed, sizeof(uint32_t) << P);
+                uint32_t *more = PyMem_RawRealloc(packed, 3 * sizeof(uint32_t) << P);  /* packed, vtab, wtab */
                 if (more) packed = more;
                 if (!grown || !more) { error = "out of memory"; break; }
                 slots_log = P;
@@ -804,8 +1132,13 @@ static const char *stream_decode(const uint8_t *data, Py_ssize_t len, Py_ssize_t
                 lower[r] = m.firsts[r] << shift;
                 obits[r] = (uint8_t)(m.levels[r] + shift);
             }
-            error = decode_core(block + mpos, rlen, block + mpos + rlen, blen - mpos - rlen, count, width, m.freqs,
-                                cum, lower, obits, nbins, P, out + start * width, slots, table, packed, otab);
+            if (wide)
+                error = decode_wide(block + mpos, rlen, block + mpos + rlen, blen - mpos - rlen, count, width, bits, m.freqs,
+                                    cum, lower, obits, nbins, P, out + start * width, slots, packed,
+                                    packed + ((size_t)1 << slots_log), packed + ((size_t)2 << slots_log), simd);
+            else
+                error = decode_core(block + mpos, rlen, block + mpos + rlen, blen - mpos - rlen, count, width, m.freqs,
+                                    cum, lower, obits, nbins, P, out + start * width, slots, table, packed, otab);
             pos += blen;
         }
         if (!error && pos != len) error = block_log ? "bytes after the last block" : "damaged stream";
@@ -816,12 +1149,13 @@ static const char *stream_decode(const uint8_t *data, Py_ssize_t len, Py_ssize_t
     return error;
 }
 
-/* decode_stream(stream, n, width, bits, out) -> None: stream_decode, the GIL released. */
+/* decode_stream(stream, n, width, bits, out, simd=1) -> None: stream_decode,
+ * the GIL released; simd=0: wide blocks without the AVX2 kernel (tests). */
 static PyObject *rans_decode_stream(PyObject *self, PyObject *args) {
     PyObject *o[2];
     Py_ssize_t n;
-    int width, bits;
-    if (!PyArg_ParseTuple(args, "OniiO", &o[0], &n, &width, &bits, &o[1])) return NULL;
+    int width, bits, simd = 1;
+    if (!PyArg_ParseTuple(args, "OniiO|p", &o[0], &n, &width, &bits, &o[1], &simd)) return NULL;
     if ((width != 1 && width != 2 && width != 4) || bits < 1 || bits > 8 * width || n < 1) {
         PyErr_SetString(PyExc_ValueError, "width must be 1, 2 or 4, bits in 1..8*width, n >= 1");
         return NULL;
@@ -831,7 +1165,7 @@ static PyObject *rans_decode_stream(PyObject *self, PyObject *args) {
     const char *error = "output has the wrong size";
     if (b[1].v.len == n * width) {
         Py_BEGIN_ALLOW_THREADS
-        error = stream_decode(b[0].v.buf, b[0].v.len, n, width, bits, b[1].v.buf);
+        error = stream_decode(b[0].v.buf, b[0].v.len, n, width, bits, b[1].v.buf, simd);
         Py_END_ALLOW_THREADS
     }
     release(b, 2);
@@ -862,18 +1196,24 @@ static PyObject *rans_counts(PyObject *self, PyObject *args) {
     return Py_BuildValue("(dn)", sum, d);
 }
 
+/* simd() -> bool: whether wide blocks decode with the AVX2 kernel here. */
+static PyObject *rans_simd(PyObject *self, PyObject *args) { return PyBool_FromLong(wide_simd_usable()); }
+
 static PyMethodDef methods[] = {
     {"counts", rans_counts, METH_VARARGS, "counts(values, width) -> (sum c*log2(c), distinct)"},
     {"histogram", rans_histogram, METH_VARARGS, "histogram(values, width, shift, keys, block_log) -> int64 counts"},
     {"trie_values", rans_trie_values, METH_VARARGS, "trie_values(values, width, shift, key_bits, bin_cost, node_cost)"},
-    {"encode_block", rans_encode_block, METH_VARARGS, "encode_block(values, width, bits, bin_cost, node_cost) -> bytes"},
-    {"decode_stream", rans_decode_stream, METH_VARARGS, "decode_stream(stream, n, width, bits, out) -> None"},
+    {"encode_block", rans_encode_block, METH_VARARGS, "encode_block(values, width, bits, bin_cost, node_cost, lanes=4) -> bytes"},
+    {"decode_stream", rans_decode_stream, METH_VARARGS, "decode_stream(stream, n, width, bits, out, simd=1) -> None"},
+    {"simd", rans_simd, METH_NOARGS, "simd() -> whether wide blocks decode with AVX2 here"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rans", "Binned interleaved rANS loops.", -1, methods};
 
 PyMODINIT_FUNC PyInit__rans(void) {
+    for (int m = 0; m < 256; m++)
+        for (int k = 0, c = 0; k < 8; k++) { wide_perm[m][k] = c; c += (m >> k) & 1; }
     if (!xlogx_ready) {
         xlogx_table[0] = 0.0;
         for (int c = 1; c < XLOGX_TABLE; c++) xlogx_table[c] = (double)c * log2((double)c);

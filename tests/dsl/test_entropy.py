@@ -154,7 +154,7 @@ def test_a_value_that_changes_along_its_length_gets_a_model_per_block(monkeypatc
     t = Field(16)
     assert entropy.choose_block(x, t) in entropy.BLOCK_LOGS
     stream = Ans().encode(x, t)
-    assert stream[0] in entropy.BLOCK_LOGS
+    assert stream[0] & ~entropy.WIDE in entropy.BLOCK_LOGS
     assert np.array_equal(Ans().decode(memoryview(stream), len(x), t), x)
     stationary = rng.integers(0, 1 << 16, len(x)).astype(np.uint16)
     assert entropy.choose_block(stationary, t) == 0
@@ -182,3 +182,81 @@ def test_threads_code_as_one_thread_does():
             assert list(pool.map(lambda x: Ans().encode(x, t), inputs)) == alone
             assert all(np.array_equal(y, x) for y, x in
                        zip(pool.map(lambda s: Ans().decode(memoryview(s), 200_000, t), alone), inputs))
+
+
+# ---------------------------------------------------------------- wide blocks
+
+def decoders(stream: bytes, n: int, t: Field, monkeypatch) -> list:
+    """The values from every decoder of a stream: C with its AVX2 kernel
+    (where the CPU has it), C without it, Python; None where one refuses."""
+    c_rans, results = entropy._rans, []
+    for simd in (True, False):
+        out = np.empty(n, dtype=f"<u{entropy._width(t)}")
+        try:
+            c_rans.decode_stream(stream, n, entropy._width(t), t.bits, out, simd)
+            results.append(out)
+        except ValueError:
+            results.append(None)
+    monkeypatch.setattr(entropy, "_rans", None)
+    try:
+        results.append(Ans().decode(memoryview(stream), n, t))
+    except FormatError:
+        results.append(None)
+    monkeypatch.setattr(entropy, "_rans", c_rans)
+    return results
+
+
+def test_wide_blocks_are_written_for_long_blocks():
+    """Their 112 more bytes of states pay only on long blocks."""
+    for bits, n, block_log, lanes in ((16, entropy.WIDE_MIN, 0, 32), (4, entropy.WIDE_MIN - 1, 0, 4),
+                                      (8, 1 << 20, 16, 32), (8, 1 << 20, 14, 4), (32, 1 << 20, 0, 32)):
+        assert entropy.lanes_for(n, block_log, Field(bits)) == lanes
+    x = values("bell", entropy.WIDE_MIN + 5, 12, seed=9)
+    stream = Ans().encode(x, Field(12))
+    assert stream[0] == entropy.WIDE
+    assert np.array_equal(Ans().decode(memoryview(stream), len(x), Field(12)), x)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "bell", "constant", "skewed"])
+@pytest.mark.parametrize("bits", [1, 4, 8, 12, 16, 17, 21, 22, 24, 32])
+@pytest.mark.parametrize("n", [64, 95, 1000])
+def test_wide_blocks_c_python_and_both_c_kernels_agree(kind, bits, n, monkeypatch):
+    """Short wide streams (WIDE_MIN lowered): whole groups of 32 through the
+    kernel, the rest one value at a time; the C and Python encoders write the
+    same bytes, and every decoder gives the values back."""
+    monkeypatch.setattr(entropy, "WIDE_MIN", 32)
+    t, x = Field(bits), values(kind, n, bits, seed=bits)
+    stream = Ans().encode(x, t)
+    assert stream[0] & entropy.WIDE
+    for out in decoders(stream, n, t, monkeypatch):
+        assert np.array_equal(out, x)
+    monkeypatch.setattr(entropy, "_rans", None)
+    assert Ans().encode(x, t) == stream
+
+
+@pytest.mark.parametrize("bits", [4, 8, 16, 20, 32])
+def test_damaged_wide_streams_fail_alike_in_every_decoder(bits, monkeypatch):
+    """Blocked wide streams, flipped and cut: the kernels read zeros past a
+    stream's end and refuse it after the group, the scalar loop at once;
+    every decoder refuses the same streams or gives the same values."""
+    monkeypatch.setattr(entropy, "WIDE_MIN", 1 << 12)
+    monkeypatch.setattr(entropy, "choose_block", lambda values, t: 12)
+    t, x = Field(bits), values("bell", (3 << 12) + 77, bits, seed=11)
+    stream = Ans().encode(x, t)
+    assert stream[0] == entropy.WIDE | 12
+    rng = np.random.default_rng(12)
+    for _ in range(40):
+        damaged = bytearray(stream)
+        damaged[rng.integers(len(damaged))] ^= 1 << rng.integers(8)
+        simd, scalar, py = decoders(bytes(damaged), len(x), t, monkeypatch)
+        assert (simd is None) == (scalar is None) == (py is None)
+        assert simd is None or (np.array_equal(simd, scalar) and np.array_equal(simd, py))
+    for cut in list(rng.integers(1, len(stream), 10)) + [1, 2, 140]:
+        assert decoders(stream[:cut], len(x), t, monkeypatch) == [None, None, None]
+    # A block whose rANS part (four states, each 2**16) is shorter than its 32 states.
+    block = bytes([8, 0b01, 0xFF, 0x01, 16]) + (1 << 16).to_bytes(4, "little") * 4 + bytes(2)  # + 16 offset bits
+    for module in (entropy._rans, None):
+        monkeypatch.setattr(entropy, "_rans", module)
+        assert np.array_equal(Ans().decode(memoryview(b"\x00" + block), 1, Field(16)), [0])
+        with pytest.raises(FormatError, match="damaged"):
+            Ans().decode(memoryview(bytes([entropy.WIDE]) + block), 1, Field(16))
