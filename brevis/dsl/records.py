@@ -8,6 +8,11 @@ from ..errors import FormatError, NotApplicable, ProgramError
 from .operator import Operator, register
 from .types import Field
 
+try:
+    from ..native import _layout
+except ImportError:  # a source tree that was never built: numpy's strided copies
+    _layout = None
+
 
 @register
 class Records(Operator):
@@ -77,6 +82,9 @@ class Records(Operator):
         pos = 0
         for i, (count, width) in enumerate(self._config["fields"]):
             part = read(i, records * count)
-            rows[:, pos:pos + count * width] = part.view(np.uint8).reshape(records, count * width)
+            if _layout is not None:
+                _layout.place(np.ascontiguousarray(part), count * width, records, size, pos, rows)
+            else:
+                rows[:, pos:pos + count * width] = part.view(np.uint8).reshape(records, count * width)
             pos += count * width
         return rows.reshape(-1)

@@ -9,6 +9,11 @@ from .fields import _check_ranges, _join, _split, check_tiling
 from .operator import Operator, register
 from .types import Field
 
+try:
+    from ..native import _layout
+except ImportError:  # a source tree that was never built: numpy's passes
+    _layout = None
+
 MAX_LUT_BITS = 16  # lookup tables index values of at most this many bits
 # Gathers and sorts run block by block: np.take converts its indices to intp and a
 # stable argsort of bytes writes intp positions, and on a block that fits in cache
@@ -211,6 +216,17 @@ class Partition(Operator):
         context = read(0, n)
         k = len(types) - 1
         classes = self._config["classes"]
+        rest_type = types[1].container
+        if _layout is not None and rest_type.itemsize in (1, 2, 4, 8):  # one pass in C
+            cls = _take(self._class_table(types[0].bits), context)
+            # block by block: bincount widens its input to intp (8 bytes an element)
+            totals = sum((np.bincount(cls[i:i + BLOCK], minlength=k) for i in range(0, n, BLOCK)),
+                         np.zeros(k, np.int64)).tolist()
+            parts = [read(j + 1, count) for j, count in enumerate(totals)]
+            rest = np.empty(n, dtype=rest_type)
+            _layout.scatter(cls, parts, rest_type.itemsize, rest)
+            parts = cls = None  # freed before the output is made
+            return _join(n, t, self._groups(), [context, rest])
         if k <= FEW_CLASSES and all(len(c) == 1 for c in classes):
             rest = self._inverse_singletons(n, types, context, [c[0] for c in classes], read)
             return _join(n, t, self._groups(), [context, rest])

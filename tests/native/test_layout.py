@@ -1,4 +1,5 @@
-"""The tiled transpose kernel against numpy's transposed copy."""
+"""The layout kernels: the tiled transpose against numpy's transposed copy, the
+partition's scatter against numpy's and the Python inverse."""
 
 from __future__ import annotations
 
@@ -25,3 +26,80 @@ def test_bad_arguments_are_refused():
         delta._layout.transpose(x, 3, 4, 2, x)  # in place
     with pytest.raises(ValueError):
         delta._layout.transpose(x, 3, 4, 3, np.empty_like(x))  # item size
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
+@pytest.mark.parametrize("k", [1, 3, 200])
+def test_scatter_puts_each_class_in_order(dtype, k):
+    rng = np.random.default_rng(k)
+    cls = rng.integers(0, k, 5000).astype(np.uint8)
+    x = rng.integers(0, 1 << 30, 5000).astype(dtype)
+    parts = [x[cls == j] for j in range(k)]
+    out = np.empty_like(x)
+    delta._layout.scatter(cls, parts, x.itemsize, out)
+    assert np.array_equal(out, x)
+
+
+def test_scatter_refuses_parts_that_do_not_match_the_classes():
+    cls = np.array([0, 1, 1, 0, 2], np.uint8)
+    x = np.arange(5, dtype=np.uint16)
+    good = [x[cls == j] for j in range(3)]
+    for parts in (good[:2], [good[0], good[1][:1], good[2]], [good[0], good[1], np.zeros(2, np.uint16)],
+                  [good[0], good[1], good[2], np.zeros(1, np.uint16)], [good[0].view(np.uint8)[:3]] + good[1:]):
+        with pytest.raises(ValueError):
+            delta._layout.scatter(cls, parts, 2, np.empty_like(x))
+    with pytest.raises(ValueError):
+        delta._layout.scatter(cls, good, 2, np.empty(4, np.uint16))  # wrong size
+    with pytest.raises(ValueError):
+        delta._layout.scatter(cls, [], 2, np.empty_like(x))
+
+
+def test_partition_decodes_alike_with_and_without_the_kernel(monkeypatch):
+    from brevis.dsl import REGISTRY, Program, decode, encode, symbols
+    from brevis.dsl.types import Field
+
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 1 << 16, 20_000).astype(np.uint16)
+    x[rng.random(len(x)) < 0.5] &= 0x03FF
+    t = Field(16)
+    for classes in ([[0], [1], [2]], [[0, 3], [1]]):
+        node = REGISTRY["partition"](context=[[14, 2]], rest=[[0, 14]], classes=classes)
+        program = Program(node, tuple(Program(REGISTRY["raw"](), ()) for _ in range(len(classes) + 2)))
+        streams = [memoryview(s) for s in encode(program, x, Field(16))]
+        fast = decode(program, t, len(x), streams)
+        monkeypatch.setattr(symbols, "_layout", None)
+        slow = decode(program, t, len(x), streams)
+        monkeypatch.undo()
+        assert np.array_equal(fast, x) and np.array_equal(slow, x)
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 4, 8, 16, 32, 33])
+def test_place_copies_a_column_of_records(width):
+    rng = np.random.default_rng(width)
+    records, stride, offset = 301, width + 7, 5
+    src = rng.integers(0, 256, records * width).astype(np.uint8)
+    dst = rng.integers(0, 256, records * stride).astype(np.uint8)
+    want = dst.reshape(records, stride).copy()
+    want[:, offset:offset + width] = src.reshape(records, width)
+    delta._layout.place(src, width, records, stride, offset, dst)
+    assert np.array_equal(dst.reshape(records, stride), want)
+
+
+def test_place_refuses_a_field_outside_its_records():
+    src, dst = np.zeros(20, np.uint8), np.zeros(50, np.uint8)
+    for width, records, stride, offset in ((2, 10, 5, 4), (2, 10, 1, 0), (0, 10, 5, 0), (2, 10, 5, -1), (3, 10, 5, 0)):
+        with pytest.raises(ValueError):
+            delta._layout.place(src, width, records, stride, offset, dst)
+
+
+def test_records_decode_alike_with_and_without_the_kernel(monkeypatch):
+    from brevis.dsl import REGISTRY, Program, decode, encode, records
+    from brevis.dsl.types import Field
+
+    x = np.random.default_rng(4).integers(0, 256, 18 * 500).astype(np.uint8)
+    node = REGISTRY["records"](fields=[[1, 2], [16, 1]])
+    program = Program(node, (Program(REGISTRY["raw"](), ()), Program(REGISTRY["raw"](), ())))
+    streams = [memoryview(s) for s in encode(program, x, Field(8))]
+    fast = decode(program, Field(8), len(x), streams)
+    monkeypatch.setattr(records, "_layout", None)
+    assert np.array_equal(fast, x) and np.array_equal(decode(program, Field(8), len(x), streams), x)
