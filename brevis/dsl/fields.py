@@ -8,6 +8,11 @@ from ..errors import NotApplicable, ProgramError
 from .operator import Operator, ReadChild, register
 from .types import Field, Tensor
 
+try:
+    from ..native import _layout
+except ImportError:  # a source tree that was never built: numpy's passes
+    _layout = None
+
 
 def _check_ranges(groups: list) -> None:
     if not isinstance(groups, list) or not groups:
@@ -99,6 +104,15 @@ def _join(n: int, t: Field, groups, values) -> np.ndarray:
     iterator that decodes each child when it is reached: one child is held
     at a time, besides the output and one temporary of the output's size."""
     container = t.container
+    if _layout is not None:  # one pass per range in C, no temporary
+        x, first = np.empty(n, container), True
+        values = iter(values)
+        for group in groups:
+            _layout.join(np.ascontiguousarray(next(values)), [tuple(r) for r in group], x, first)
+            first = False  # the child is freed before the next one is decoded
+        if first:
+            x[:] = 0
+        return x
     word = container.type
     x = tmp = None
     values = iter(values)

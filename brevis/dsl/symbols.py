@@ -218,11 +218,12 @@ class Partition(Operator):
         classes = self._config["classes"]
         rest_type = types[1].container
         if _layout is not None and rest_type.itemsize in (1, 2, 4, 8):  # one pass in C
-            cls = _take(self._class_table(types[0].bits), context)
-            # block by block: bincount widens its input to intp (8 bytes an element)
-            totals = sum((np.bincount(cls[i:i + BLOCK], minlength=k) for i in range(0, n, BLOCK)),
-                         np.zeros(k, np.int64)).tolist()
-            parts = [read(j + 1, count) for j, count in enumerate(totals)]
+            cls = np.empty(n, np.uint8)
+            try:
+                totals = _layout.classify(np.ascontiguousarray(context), self._class_table(types[0].bits), cls)
+            except ValueError as e:
+                raise FormatError(f"partition: {e}") from None
+            parts = [read(j + 1, count) for j, count in enumerate(totals[:k])]
             rest = np.empty(n, dtype=rest_type)
             _layout.scatter(cls, parts, rest_type.itemsize, rest)
             parts = cls = None  # freed before the output is made

@@ -1,6 +1,7 @@
 /* Layout kernels: a tiled transpose for the `transpose` operator
- * (brevis/dsl/delta.py), the scatter that undoes `partition`
- * (brevis/dsl/symbols.py) and the column copy that undoes `records`.
+ * (brevis/dsl/delta.py), the classify and scatter that undo `partition`
+ * (brevis/dsl/symbols.py), the column copy that undoes `records` and the
+ * join of bit ranges that undoes fields (brevis/dsl/fields.py).
  *
  * numpy copies a transposed view element by element in the order of the
  * output, reading the input a whole row apart each time: on nomic's F16
@@ -165,10 +166,143 @@ static PyObject *layout_place(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* One range over all elements: dst (|)= ((src >> pos) & mask) << low, in
+ * the destination's width; one loop per pair of widths so that each
+ * compiles to straight shifts (the compiler vectorizes them). */
+#define PUT_RANGE(S, D) { \
+    const S *v = (const S *)src; D *d = (D *)dst; \
+    if (first) for (Py_ssize_t i = 0; i < n; i++) d[i] = (D)((((uint64_t)v[i] >> pos) & mask) << low); \
+    else for (Py_ssize_t i = 0; i < n; i++) d[i] |= (D)((((uint64_t)v[i] >> pos) & mask) << low); \
+}
+#define PUT_RANGE_TO(S) { \
+    if (dsize == 1) PUT_RANGE(S, uint8_t) else if (dsize == 2) PUT_RANGE(S, uint16_t) \
+    else if (dsize == 4) PUT_RANGE(S, uint32_t) else PUT_RANGE(S, uint64_t) \
+}
+
+/* join(src, ranges, dst, first) -> None
+ * The inverse of cutting one field out of words (bit_fields, float
+ * fields, partition): ranges is a list of (low, width) in the field's
+ * order, high bits first; the field's lowest bits go to the last range.
+ * Each range's bits are shifted to `low` of dst's words and ORed in (set,
+ * with first true, for the first range of the first field). src's and
+ * dst's items are 1, 2, 4 or 8 bytes, n of each. numpy took a shift, a
+ * mask and an OR pass per range, with a temporary of the output's size. */
+static PyObject *layout_join(PyObject *self, PyObject *args) {
+    PyObject *so, *ro, *dobj;
+    int first;
+    if (!PyArg_ParseTuple(args, "OOOp", &so, &ro, &dobj, &first)) return NULL;
+    Py_buffer sb, db;
+    if (PyObject_GetBuffer(so, &sb, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    if (PyObject_GetBuffer(dobj, &db, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&sb);
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(ro, "ranges must be a sequence of (low, width)");
+    int ok = 0;
+    Py_ssize_t ssize = sb.itemsize, dsize = db.itemsize;
+    if (!seq) goto done;
+    if ((ssize != 1 && ssize != 2 && ssize != 4 && ssize != 8) || (dsize != 1 && dsize != 2 && dsize != 4 && dsize != 8)
+        || sb.len / ssize != db.len / dsize) {
+        PyErr_SetString(PyExc_ValueError, "src and dst must hold as many items of 1, 2, 4 or 8 bytes");
+        goto done;
+    }
+    Py_ssize_t n = db.len / dsize, count = PySequence_Fast_GET_SIZE(seq);
+    long lows[64], widths[64];
+    if (count > 64) { PyErr_SetString(PyExc_ValueError, "at most 64 ranges"); goto done; }
+    long total = 0;
+    for (Py_ssize_t r = 0; r < count; r++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(seq, r);
+        if (!PyArg_ParseTuple(pair, "ll", &lows[r], &widths[r])) goto done;
+        if (lows[r] < 0 || widths[r] < 1 || lows[r] + widths[r] > 8 * dsize) {
+            PyErr_SetString(PyExc_ValueError, "a range must lie inside dst's words");
+            goto done;
+        }
+        total += widths[r];
+    }
+    if (total > 8 * ssize) { PyErr_SetString(PyExc_ValueError, "the ranges are wider than src's items"); goto done; }
+    const void *src = sb.buf;
+    void *dst = db.buf;
+    Py_BEGIN_ALLOW_THREADS
+    long pos = 0;
+    for (Py_ssize_t r = count - 1; r >= 0; r--) {  /* the last range holds the field's lowest bits */
+        const long low = lows[r];
+        const uint64_t mask = widths[r] >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << widths[r]) - 1);
+        if (ssize == 1) PUT_RANGE_TO(uint8_t)
+        else if (ssize == 2) PUT_RANGE_TO(uint16_t)
+        else if (ssize == 4) PUT_RANGE_TO(uint32_t)
+        else PUT_RANGE_TO(uint64_t)
+        first = 0;
+        pos += widths[r];
+    }
+    Py_END_ALLOW_THREADS
+    ok = 1;
+done:
+    Py_XDECREF(seq);
+    PyBuffer_Release(&sb);
+    PyBuffer_Release(&db);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
+#define CLASSIFY(T) { \
+    const T *v = src; \
+    for (Py_ssize_t i = 0; i < n; i++) { \
+        if ((uint64_t)v[i] >= (uint64_t)tlen) { bad = 1; break; } \
+        uint8_t c = table[v[i]]; cls[i] = c; counts[c]++; \
+    } \
+}
+
+/* classify(context, table, classes) -> counts
+ * classes[i] = table[context[i]] (context: items of 1, 2, 4 or 8 bytes;
+ * table and classes: bytes), and how many elements each of the 256 classes
+ * got: what `partition` needs before it reads its parts, in one pass (a
+ * numpy take, then a bincount that widens to 8 bytes an element, block by
+ * block). A context value past the table is a ValueError. */
+static PyObject *layout_classify(PyObject *self, PyObject *args) {
+    PyObject *so, *to, *co;
+    if (!PyArg_ParseTuple(args, "OOO", &so, &to, &co)) return NULL;
+    Py_buffer sb, tb, cb;
+    if (PyObject_GetBuffer(so, &sb, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    if (PyObject_GetBuffer(to, &tb, PyBUF_C_CONTIGUOUS) < 0) { PyBuffer_Release(&sb); return NULL; }
+    if (PyObject_GetBuffer(co, &cb, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&sb); PyBuffer_Release(&tb);
+        return NULL;
+    }
+    Py_ssize_t size = sb.itemsize, n = cb.len, tlen = tb.len, counts[256] = {0};
+    int bad = 0;
+    const char *error = NULL;
+    if ((size != 1 && size != 2 && size != 4 && size != 8) || sb.len != n * size)
+        error = "context and classes must hold as many items (of 1, 2, 4 or 8 bytes; classes of 1)";
+    else {
+        const void *src = sb.buf;
+        const uint8_t *table = tb.buf;
+        uint8_t *cls = cb.buf;
+        Py_BEGIN_ALLOW_THREADS
+        if (size == 1) CLASSIFY(uint8_t)
+        else if (size == 2) CLASSIFY(uint16_t)
+        else if (size == 4) CLASSIFY(uint32_t)
+        else CLASSIFY(uint64_t)
+        Py_END_ALLOW_THREADS
+        if (bad) error = "a context value lies past the class table";
+    }
+    PyBuffer_Release(&sb); PyBuffer_Release(&tb); PyBuffer_Release(&cb);
+    if (error) { PyErr_SetString(PyExc_ValueError, error); return NULL; }
+    PyObject *out = PyList_New(256);
+    if (!out) return NULL;
+    for (int c = 0; c < 256; c++) {
+        PyObject *v = PyLong_FromSsize_t(counts[c]);
+        if (!v) { Py_DECREF(out); return NULL; }
+        PyList_SET_ITEM(out, c, v);
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"transpose", layout_transpose, METH_VARARGS, "transpose(src, rows, cols, itemsize, dst) -> None"},
     {"scatter", layout_scatter, METH_VARARGS, "scatter(classes, parts, itemsize, dst) -> None"},
     {"place", layout_place, METH_VARARGS, "place(src, width, records, stride, offset, dst) -> None"},
+    {"join", layout_join, METH_VARARGS, "join(src, ranges, dst, first) -> None"},
+    {"classify", layout_classify, METH_VARARGS, "classify(context, table, classes) -> counts of the 256 classes"},
     {NULL, NULL, 0, NULL},
 };
 

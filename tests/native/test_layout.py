@@ -1,5 +1,5 @@
-"""The layout kernels: the tiled transpose against numpy's transposed copy, the
-partition's scatter against numpy's and the Python inverse."""
+"""The layout kernels against numpy: the tiled transpose, the partition's classify
+and scatter, the records' column copy, the fields' join; hostile arguments refused."""
 
 from __future__ import annotations
 
@@ -103,3 +103,39 @@ def test_records_decode_alike_with_and_without_the_kernel(monkeypatch):
     fast = decode(program, Field(8), len(x), streams)
     monkeypatch.setattr(records, "_layout", None)
     assert np.array_equal(fast, x) and np.array_equal(decode(program, Field(8), len(x), streams), x)
+
+
+@pytest.mark.parametrize("groups,bits", [([[[16, 16]], [[0, 16]]], 32), ([[[31, 1], [0, 23]], [[23, 8]]], 32),
+                                         ([[[10, 6]], [[0, 10]]], 16), ([[[4, 4]], [[0, 4]]], 8),
+                                         ([[[0, 64]]], 64), ([[[40, 24], [0, 8]], [[8, 32]]], 64)])
+def test_join_is_numpys(groups, bits, monkeypatch):
+    from brevis.dsl import fields
+    from brevis.dsl.types import Field
+
+    rng = np.random.default_rng(bits)
+    t = Field(bits)
+    x = rng.integers(0, 1 << 62, 3001, dtype=np.uint64).astype(t.container)
+    parts = fields._split(x, groups)
+    fast = fields._join(len(x), t, groups, parts)
+    monkeypatch.setattr(fields, "_layout", None)
+    slow = fields._join(len(x), t, groups, parts)
+    assert np.array_equal(fast, x) and np.array_equal(slow, x)
+
+
+def test_join_refuses_ranges_outside_the_words():
+    src, dst = np.zeros(8, np.uint16), np.zeros(8, np.uint16)
+    for ranges in ([(10, 7)], [(0, 0)], [(-1, 4)], [(0, 9), (9, 9)]):
+        with pytest.raises(ValueError):
+            delta._layout.join(src, ranges, dst, True)
+    with pytest.raises(ValueError):
+        delta._layout.join(src, [(0, 4)], np.zeros(7, np.uint16), True)
+
+
+def test_classify_counts_and_refuses_values_past_the_table():
+    table = np.array([2, 0, 1, 2], np.uint8)
+    context = np.array([0, 1, 2, 3, 3, 1], np.uint16)
+    cls = np.empty(6, np.uint8)
+    counts = delta._layout.classify(context, table, cls)
+    assert cls.tolist() == [2, 0, 1, 2, 2, 0] and counts[:3] == [2, 1, 3] and sum(counts) == 6
+    with pytest.raises(ValueError):
+        delta._layout.classify(np.array([0, 4], np.uint16), table, np.empty(2, np.uint8))
