@@ -3,6 +3,10 @@ chooses, and damaged or hostile streams (a FormatError, never a crash)."""
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import sys
+
 import numpy as np
 import pytest
 
@@ -260,3 +264,37 @@ def test_damaged_wide_streams_fail_alike_in_every_decoder(bits, monkeypatch):
         assert np.array_equal(Ans().decode(memoryview(b"\x00" + block), 1, Field(16)), [0])
         with pytest.raises(FormatError, match="damaged"):
             Ans().decode(memoryview(bytes([entropy.WIDE]) + block), 1, Field(16))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mprotect through ctypes")
+@pytest.mark.parametrize("bits", [4, 8, 16, 32])
+def test_wide_kernels_read_nothing_past_a_damaged_stream(bits, monkeypatch):
+    """Each damaged or cut stream ends just before a page that may not be
+    read: a kernel reading past it would crash the test process."""
+    libc = ctypes.CDLL(None)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    page = mmap.PAGESIZE
+    monkeypatch.setattr(entropy, "WIDE_MIN", 32)
+    t, x = Field(bits), values("bell", 3000, bits, seed=13)
+    stream = Ans().encode(x, t)
+    assert stream[0] & entropy.WIDE
+    rng = np.random.default_rng(14)
+    for trial in range(30):
+        data = bytearray(stream)
+        data[rng.integers(len(data))] ^= 1 << rng.integers(8)
+        data = bytes(data[: rng.integers(1, len(data) + 1)] if trial % 2 else data)
+        pages = (len(data) + page - 1) // page + 1
+        with mmap.mmap(-1, pages * page) as m:
+            base = ctypes.addressof(ctypes.c_char.from_buffer(m))
+            assert libc.mprotect(base + (pages - 1) * page, page, 0) == 0
+            start = (pages - 1) * page - len(data)
+            m[start:start + len(data)] = data
+            view = memoryview(m)[start:start + len(data)]
+            for simd in (True, False):
+                out = np.empty(len(x), dtype=t.container)
+                try:
+                    entropy._rans.decode_stream(view, len(x), entropy._width(t), bits, out, simd)
+                except ValueError:
+                    pass
+            view.release()
+            libc.mprotect(base + (pages - 1) * page, page, 3)  # readable again before unmapping
