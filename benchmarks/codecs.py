@@ -180,7 +180,7 @@ class Brevis(Codec):
     chunk into one buffer per file with the library's own job runner (the
     same jobs, threads or worker processes as `brevis.decompress`), every
     chunk's stream checks and digest checked (the archive's format version's:
-    XXH3 and BLAKE3 in version 3), no file written."""
+    XXH3 and BLAKE3 from version 3 on), no file written."""
 
     name, label = "brevis", "Brevis"
     reads_files = True

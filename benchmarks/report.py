@@ -70,7 +70,7 @@ def markdown(res: dict) -> str:
         "page cache) to an archive on tmpfs, fsync included (so it equals file to file on tmpfs); "
         "decompression decodes every chunk of that archive into one buffer per file with Brevis's own job "
         "runner (the threads or worker processes `brevis.decompress` would use), every chunk's stream "
-        "checks and digest checked (XXH3 and BLAKE3 in format version 3), no file written.",
+        "checks and digest checked (XXH3 and BLAKE3 from format version 3 on), no file written.",
         "- **file to file** on tmpfs and on disk: inputs read from the files (in the page cache), outputs "
         "written as files and fsync'ed before the clock stops (every codec; Brevis's compress fsyncs "
         "its archive itself), the way the codec's documentation does it for files (streaming for zstd, gzip, "
