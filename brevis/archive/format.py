@@ -32,7 +32,7 @@ VERSION = 4  # the newest version this Brevis reads and writes
 # streams with the low 32 bits of XXH3-64 instead of CRC-32 (62 against 4.3
 # GB/s: the CRC was 7-10 % of decoding), and may hold gathered segments
 # (`ranges`). Version 4 is version 3 whose `ans` streams may have wide
-# blocks (32 rANS states, decoded eight at a time with AVX2: 2-3x faster).
+# blocks (32 rANS states, decoded eight at a time with AVX2: 1.6-2.5x faster).
 # Every archive is written as version 4; a reader of versions 1 to 3
 # refuses it ("upgrade Brevis") rather than failing on a stream.
 BLAKE3_VERSION = GATHER_VERSION = 3

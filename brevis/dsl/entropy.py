@@ -214,7 +214,7 @@ def _width(t: Field) -> int:
     return 1 if t.bits <= 8 else 2 if t.bits <= 16 else 4
 
 
-def lanes_for(n: int, block_log: int, t: Field) -> int:
+def lanes_for(n: int, block_log: int) -> int:
     """The states of a stream's blocks: 32 (wide) where its blocks hold
     WIDE_MIN values or more (the last may hold fewer), else 4."""
     size = 1 << block_log if block_log else n
@@ -337,9 +337,8 @@ def _xlogx(top: int) -> np.ndarray:
 class Ans(Coder):
     """Binned rANS over fields of <= 32 bits; inverse: rANS decoding of the
     bins with the stored model, plus each value's offset bits. Memory of
-    the inverse: at most 1 times its output, plus 2**P ten-byte slots (640
-    KiB at most), 16 bytes per bin (at most 65,536 bins) and, for a wide
-    block, a copy of it."""
+    the inverse: at most 1 times its output, plus 2**P fourteen-byte slots
+    (896 KiB at most) and 16 bytes per bin (at most 65,536 bins)."""
 
     id = "ans"
     params: dict = {}
@@ -354,7 +353,7 @@ class Ans(Coder):
             return b""
         values = np.ascontiguousarray(x, dtype=f"<u{_width(t)}")
         block_log = choose_block(values, t)
-        lanes = lanes_for(len(values), block_log, t)
+        lanes = lanes_for(len(values), block_log)
         flag = WIDE if lanes == WIDE_LANES else 0
         if not block_log:
             return bytes([flag]) + _encode_block(values, t, lanes)
@@ -378,7 +377,7 @@ class Ans(Coder):
         if choose_block(x, t):  # a model per block: measured by coding it (a sample slice is rarely this long)
             return super().estimate(x, t)
         codes, _, levels, bits, _ = _rans.trie_values(x, _width(t), shift, t.bits - shift, BIN_COST, NODE_COST)
-        states = 4 * lanes_for(n, 0, t)
+        states = 4 * lanes_for(n, 0)
         model = (BIN_COST * len(levels) + NODE_COST * (len(codes) - len(levels))) / 8 + states + 4
         # The trie's cost counts offsets above the key; the shifted-out bits are raw.
         total = (bits + n * np.log2(n)) / 8 + n * shift / 8 + states + 4

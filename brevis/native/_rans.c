@@ -176,16 +176,20 @@ static void put_rans(const enc_t *e, uint8_t *out) {
 typedef struct { uint32_t lower, mask, width, pad; } offset_t;
 typedef struct { uint32_t *packed; const uint16_t *ranks; offset_t *otab; int P; uint32_t mask; } fast_t;
 
+/* The 8 bytes at p, little-endian, unchecked. */
+static inline uint64_t load8(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+
 /* The 8 bytes of `base` (`limit` bytes) from byte `at`, little-endian; zeros past the end. */
 static inline uint64_t load_bits(const uint8_t *base, uint64_t limit, uint64_t at) {
+    if (__builtin_expect(at + 8 <= limit, 1)) return load8(base + at);
     uint64_t v = 0;
-    if (__builtin_expect(at + 8 <= limit, 1)) {
-        memcpy(&v, base + at, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-        v = __builtin_bswap64(v);
-#endif
-        return v;
-    }
     for (int k = 0; at + k < limit && k < 8; k++) v |= (uint64_t)base[at + k] << (8 * k);
     return v;
 }
@@ -450,33 +454,26 @@ static int wide_avx2(const uint32_t *packed, const uint32_t *vtab, const uint32_
 
 /* The kernel's contract one value at a time, for a CPU without AVX2: the
  * 32 states are independent but for the shared word position, so their
- * steps overlap as the vectors' do. */
-static inline uint64_t load8(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    return v;
-}
+ * steps overlap as the vectors' do. The width and lower value of a slot's
+ * bin come from vtab (and wtab) as the expressions W and LOWER say. */
 
-#define WIDE_SCALAR(NAME, T) \
-static int NAME(const uint32_t *packed, const uint32_t *vtab, uint32_t *x, const uint8_t *words, uint64_t wsafe, \
-                uint64_t wlimit, uint64_t *wat, const uint8_t *offs, uint64_t osafe, uint64_t olimit, uint64_t *opos, \
-                Py_ssize_t groups, Py_ssize_t *done, int P, T *out) { \
+#define WIDE_SCALAR(NAME, T, W, LOWER) \
+static int NAME(const uint32_t *packed, const uint32_t *vtab, const uint32_t *wtab, uint32_t vmask, uint32_t *x, \
+                const uint8_t *words, uint64_t wsafe, uint64_t wlimit, uint64_t *wat, const uint8_t *offs, \
+                uint64_t osafe, uint64_t olimit, uint64_t *opos, Py_ssize_t groups, Py_ssize_t *done, int P, T *out) { \
     const uint32_t mask = (1u << P) - 1; \
     uint64_t at = *wat, pos = *opos; \
     int bad = 0; \
     Py_ssize_t grp = 0; \
+    (void)wtab; (void)vmask; \
     for (; grp < groups && at <= wsafe && pos <= osafe; grp++, out += WIDE_LANES) { \
         for (int k = 0; k < WIDE_LANES; k++) { \
-            uint32_t X = x[k], slot = X & mask, e = packed[slot], v = vtab[slot]; \
+            uint32_t X = x[k], slot = X & mask, e = packed[slot], v = vtab[slot], w = (W); \
             X = (e & 0xffff) * (X >> P) + (e >> 16); \
             uint32_t need = X < RANS_L, word = (uint32_t)words[at] | (uint32_t)words[at + 1] << 8; \
             x[k] = (X << (need << 4)) | (word & (0u - need)); \
             at += 2 * need; \
-            uint32_t w = v >> 16; \
-            out[k] = (T)((v & 0xffff) + ((uint32_t)(load8(offs + (pos >> 3)) >> (pos & 7)) & ((1u << w) - 1))); \
+            out[k] = (T)((LOWER) + (uint32_t)((load8(offs + (pos >> 3)) >> (pos & 7)) & (((uint64_t)1 << w) - 1))); \
             pos += w; \
         } \
         if (at > wlimit || pos > olimit) { bad = 1; grp++; break; } \
@@ -486,36 +483,12 @@ static int NAME(const uint32_t *packed, const uint32_t *vtab, uint32_t *x, const
     *done = grp; \
     return bad; \
 }
-WIDE_SCALAR(wide_scalar8, uint8_t)
-WIDE_SCALAR(wide_scalar16, uint16_t)
+/* fields of at most 16 bits: vtab holds lower | width << 16; wider ones: wtab
+ * the width, vtab the lower value (its low 6 bits the width where vmask drops them) */
+WIDE_SCALAR(wide_scalar8, uint8_t, v >> 16, v & 0xffff)
+WIDE_SCALAR(wide_scalar16, uint16_t, v >> 16, v & 0xffff)
+WIDE_SCALAR(wide_scalar32, uint32_t, wtab[slot], v & vmask)
 #undef WIDE_SCALAR
-
-/* vmask: the lower value's bits in vtab (the width may sit in the low 6). */
-static int wide_scalar32(const uint32_t *packed, const uint32_t *vtab, const uint32_t *wtab, uint32_t *x,
-                         const uint8_t *words, uint64_t wsafe, uint64_t wlimit, uint64_t *wat, const uint8_t *offs,
-                         uint64_t osafe, uint64_t olimit, uint64_t *opos, Py_ssize_t groups, Py_ssize_t *done, int P,
-                         uint32_t vmask, uint32_t *out) {
-    const uint32_t mask = (1u << P) - 1;
-    uint64_t at = *wat, pos = *opos;
-    int bad = 0;
-    Py_ssize_t grp = 0;
-    for (; grp < groups && at <= wsafe && pos <= osafe; grp++, out += WIDE_LANES) {
-        for (int k = 0; k < WIDE_LANES; k++) {
-            uint32_t X = x[k], slot = X & mask, e = packed[slot], w = wtab[slot];
-            X = (e & 0xffff) * (X >> P) + (e >> 16);
-            uint32_t need = X < RANS_L, word = (uint32_t)words[at] | (uint32_t)words[at + 1] << 8;
-            x[k] = (X << (need << 4)) | (word & (0u - need));
-            at += 2 * need;
-            out[k] = (vtab[slot] & vmask) + (uint32_t)((load8(offs + (pos >> 3)) >> (pos & 7)) & (((uint64_t)1 << w) - 1));
-            pos += w;
-        }
-        if (at > wlimit || pos > olimit) { bad = 1; grp++; break; }
-    }
-    *wat = at;
-    *opos = pos;
-    *done = grp;
-    return bad;
-}
 
 static int wide_simd_usable(void) {
     if (wide_simd < 0) {
@@ -606,16 +579,16 @@ static const char *decode_wide(const uint8_t *in, Py_ssize_t inlen, const uint8_
             Py_ssize_t did = 0;
 #ifdef HAVE_WIDE_AVX2
             if (avx2)
-                bad = wide_avx2(packed, vtab, low_width ? NULL : wtab, x, wb, wsafe, wlimit, &wat, ob, osafe, olimit, &opos, groups - done,
-                                &did, P, width, o8 + done * lanes * width);
+                bad = wide_avx2(packed, vtab, low_width ? NULL : wtab, x, wb, wsafe, wlimit, &wat, ob, osafe, olimit,
+                                &opos, groups - done, &did, P, width, o8 + done * lanes * width);
             else
 #endif
-            if (width == 4) bad = wide_scalar32(packed, vtab, wtab, x, wb, wsafe, wlimit, &wat, ob, osafe, olimit,
-                                                &opos, groups - done, &did, P, low_width ? ~63u : ~0u,
+            if (width == 4) bad = wide_scalar32(packed, vtab, wtab, low_width ? ~63u : ~0u, x, wb, wsafe, wlimit,
+                                                &wat, ob, osafe, olimit, &opos, groups - done, &did, P,
                                                 o32 + done * lanes);
-            else if (width == 1) bad = wide_scalar8(packed, vtab, x, wb, wsafe, wlimit, &wat, ob, osafe, olimit, &opos,
-                                               groups - done, &did, P, o8 + done * lanes);
-            else bad = wide_scalar16(packed, vtab, x, wb, wsafe, wlimit, &wat, ob, osafe, olimit, &opos,
+            else if (width == 1) bad = wide_scalar8(packed, vtab, NULL, 0, x, wb, wsafe, wlimit, &wat, ob, osafe,
+                                                    olimit, &opos, groups - done, &did, P, o8 + done * lanes);
+            else bad = wide_scalar16(packed, vtab, NULL, 0, x, wb, wsafe, wlimit, &wat, ob, osafe, olimit, &opos,
                                      groups - done, &did, P, o16 + done * lanes);
             at = wbase + wat;
             pos = 8 * obase + opos;

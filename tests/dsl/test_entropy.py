@@ -212,9 +212,9 @@ def decoders(stream: bytes, n: int, t: Field, monkeypatch) -> list:
 
 def test_wide_blocks_are_written_for_long_blocks():
     """Their 112 more bytes of states pay only on long blocks."""
-    for bits, n, block_log, lanes in ((16, entropy.WIDE_MIN, 0, 32), (4, entropy.WIDE_MIN - 1, 0, 4),
-                                      (8, 1 << 20, 16, 32), (8, 1 << 20, 14, 4), (32, 1 << 20, 0, 32)):
-        assert entropy.lanes_for(n, block_log, Field(bits)) == lanes
+    for n, block_log, lanes in ((entropy.WIDE_MIN, 0, 32), (entropy.WIDE_MIN - 1, 0, 4), (1 << 20, 16, 32),
+                                (1 << 20, 14, 4), (1 << 20, 0, 32), ((1 << 16) + 5, 16, 32)):
+        assert entropy.lanes_for(n, block_log) == lanes
     x = values("bell", entropy.WIDE_MIN + 5, 12, seed=9)
     stream = Ans().encode(x, Field(12))
     assert stream[0] == entropy.WIDE
