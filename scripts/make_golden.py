@@ -10,6 +10,7 @@ folder unless --force is given (only ever for a version not yet released).
     python scripts/make_golden.py            # writes tests/golden/v1
     python scripts/make_golden.py --version v2
     python scripts/make_golden.py --version v4     # wide `ans` blocks
+    python scripts/make_golden.py --version v5     # the `lzma` leaf
     python scripts/make_golden.py --productions   # tests/golden/v1/productions/<id>.json
 
 The source folder is deterministic: a safetensors file with one tensor per
@@ -47,7 +48,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import brevis  # noqa: E402
-from brevis.dsl import REGISTRY, Program, decode, encode  # noqa: E402
+from brevis.dsl import REGISTRY, Lzma, Program, decode, encode  # noqa: E402
 from brevis.dsl.types import Field, Tensor, tensor  # noqa: E402
 from brevis.dtypes import DTYPES  # noqa: E402
 
@@ -129,6 +130,29 @@ def build_source_wide(root: Path) -> None:
     }
     write_safetensors(root / "model.safetensors", tensors, {"format": "pt", "golden": "v4"})
     (root / "config.json").write_text(json.dumps({"hidden_size": 257, "torch_dtype": "bfloat16"}, indent=2) + "\n")
+    for d in EMPTY_DIRS:
+        (root / d).mkdir(parents=True, exist_ok=True)
+
+
+def build_source_lzma(root: Path) -> None:
+    """Version 5 (the `lzma` leaf): a file in a made-up format no parser
+    knows (names and lengths between F32 arrays that start at odd offsets,
+    zero padding to 256 bytes after each, the last three arrays copies of
+    the first three), whose bytes LZMA codes best, beside a safetensors file of ordinary weights; a config.json and
+    the empty folders."""
+    rng = np.random.default_rng(20261203)
+    parts = [b"MADEUP\x00\x02"]
+    kernels = [(rng.standard_normal(1500 + 100 * i) * 0.05).astype(np.float32) for i in range(3)]
+    for i in range(6):  # blocks 3 to 5 repeat 0 to 2 (tied weights)
+        name = f"block{i}.conv.weight".encode()
+        w = kernels[i % 3]
+        parts += [len(name).to_bytes(1, "little"), name, (w.size).to_bytes(4, "little"), w.tobytes()]
+        parts.append(bytes(-sum(map(len, parts)) % 256))
+    (root / "weights.madeup").write_bytes(b"".join(parts))
+    w = (rng.standard_normal((64, 96)) * 0.02).astype(np.float32)
+    write_safetensors(root / "model.safetensors", {"layer.weight": ("BF16", [64, 96], bf16(w.ravel()).tobytes())},
+                      {"format": "pt", "golden": "v5"})
+    (root / "config.json").write_text(json.dumps({"hidden_size": 96, "torch_dtype": "bfloat16"}, indent=2) + "\n")
     for d in EMPTY_DIRS:
         (root / d).mkdir(parents=True, exist_ok=True)
 
@@ -254,6 +278,25 @@ def cases_zstd(rng):
         case("config text at level 3", Field(8), zstd(3), np.frombuffer(text, np.uint8)),
         case("f32 exponents at level 19 with explicit parameters", Field(8),
              zstd(19, 9, 10, 6, 6, 3), (bits_of(w[:100]) >> 23) & 0xFF),
+    ]
+
+
+def lzma_node(preset: int, lc: int, lp: int, pb: int) -> Program:
+    return node("lzma", preset=preset, lc=lc, lp=lp, pb=pb)
+
+
+def cases_lzma(rng):
+    w = weights(rng, 200)
+    text = json.dumps({"architectures": ["GoldenModel"], "hidden_size": 64,
+                       "vocab": {f"tok{i}": i for i in range(24)}}).encode()
+    # floats one byte off their words behind a header, then zero padding: an unknown format
+    blob = b"HDR\x01" + bytes(3) + bits_of(w).tobytes() + bytes(61) + text[:40]
+    return [
+        case("config text, xz's literal context", Field(8), lzma_node(6, 3, 0, 2), np.frombuffer(text, np.uint8)),
+        case("misaligned f32 and zero runs, a 4-byte lane as context", Field(8), lzma_node(6, 2, 2, 2),
+             np.frombuffer(blob, np.uint8)),
+        case("bf16 weights, odd length, fastest preset", T("BF16"), lzma_node(0, 0, 1, 1), bf16(w[:61])),
+        case("empty", Field(8), lzma_node(6, 3, 0, 2), np.zeros(0, np.uint8)),
     ]
 
 
@@ -492,7 +535,7 @@ def cases_sub_base(rng):
 # Production id -> its cases. A production registered without an entry here
 # makes --productions fail (and tests/archive/test_golden_productions.py).
 PRODUCTION_CASES = {
-    "raw": cases_raw, "zstd": cases_zstd, "ans": cases_ans, "constant": cases_constant, "affine": cases_affine,
+    "raw": cases_raw, "zstd": cases_zstd, "lzma": cases_lzma, "ans": cases_ans, "constant": cases_constant, "affine": cases_affine,
     "bit_fields": cases_bit_fields, "float_fields": cases_float_fields, "low_zero_bits": cases_low_zero_bits,
     "pack_bits": cases_pack_bits, "partition": cases_partition, "rank": cases_rank,
     "byte_planes": cases_byte_planes, "records": cases_records, "row_dedup": cases_row_dedup,
@@ -539,7 +582,7 @@ def write_productions(folder: Path) -> None:
         cases = PRODUCTION_CASES[ident](np.random.default_rng(zlib.crc32(ident.encode())))
         assert all(uses(c["program"], ident) for c in cases), ident
         fixture = {"production": ident, "brevis": brevis.__version__, "zstd": list(zstandard.ZSTD_VERSION),
-                   "cases": cases}
+                   **({"lzma": Lzma.fingerprint()} if ident == "lzma" else {}), "cases": cases}
         text = fixture_text(fixture)
         with open(path, "x") as f:  # "x": never overwrite a golden file
             f.write(text)
@@ -576,7 +619,8 @@ def main() -> None:
     source = out / "source"
     source.mkdir(parents=True)
     number = int(args.version.lstrip("v") or 1)
-    (build_source_wide if number >= 4 else build_source_gathered if number >= 3 else build_source)(source)
+    (build_source_lzma if number >= 5 else build_source_wide if number >= 4 else
+     build_source_gathered if number >= 3 else build_source)(source)
     # Small chunks, so that tensors span several; from v4 on 128 KiB, so that a
     # chunk holds a wide block (2**16 values or more).
     summary = brevis.compress([source], out / "archive.brv", threads=1, chunk_bytes=1 << 17 if number >= 4 else 4096)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import zstandard
 
-from brevis.archive.format import FOOTER_SIZE, Footer, index_digest
+from brevis.archive.format import FOOTER_SIZE, HEADER, HEADER_SIZE, Footer, index_digest
 from brevis.dsl import decode, encode
 from brevis.dsl.program import Program
 from brevis.dsl.types import Field
@@ -115,7 +115,8 @@ def join(head: bytes, index) -> bytes:
     """An archive with this index (an object or raw JSON bytes), digested and located."""
     raw = index if isinstance(index, bytes) else json.dumps(index).encode("ascii")
     stored = zstandard.ZstdCompressor(level=1).compress(raw)
-    return head + stored + Footer(len(head), len(stored), len(raw), index_digest(stored)).pack()
+    version = HEADER.unpack(head[:HEADER_SIZE])[1]
+    return head + stored + Footer(len(head), len(stored), len(raw), index_digest(stored, version)).pack()
 
 
 # ---------------------------------------------------------------- round trip

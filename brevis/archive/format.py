@@ -23,7 +23,7 @@ from ..errors import FormatError, TruncatedError, UnsupportedVersion
 
 MAGIC = b"\x89BRV\r\n\x1a\n"
 END_MAGIC = b"BRVINDEX"
-VERSION = 4  # the newest version this Brevis reads and writes
+VERSION = 5  # the newest version this Brevis reads and writes
 # Version 2 is version 1 with symbolic links in the index (`links`): written
 # only for an archive that holds links, so that a reader that knows version
 # 1 alone refuses it ("upgrade Brevis") rather than dropping its links.
@@ -33,9 +33,12 @@ VERSION = 4  # the newest version this Brevis reads and writes
 # GB/s: the CRC was 7-10 % of decoding), and may hold gathered segments
 # (`ranges`). Version 4 is version 3 whose `ans` streams may have wide
 # blocks (32 rANS states, decoded eight at a time with AVX2: 1.6-2.5x faster).
-# Every archive is written as version 4; a reader of versions 1 to 3
-# refuses it ("upgrade Brevis") rather than failing on a stream.
+# Version 5 is version 4 whose programs may end in the `lzma` leaf, and
+# whose index digest covers the header as well. Every
+# archive is written as version 5; a reader of versions 1 to 4 refuses it
+# ("upgrade Brevis") rather than failing on a program it does not know.
 BLAKE3_VERSION = GATHER_VERSION = 3
+HEADER_DIGEST_VERSION = 5  # the footer's digest covers the header too
 DIGEST_BYTES = 16  # of a chunk's digest
 
 
@@ -140,7 +143,12 @@ def check_header(data: bytes) -> int:
     return version
 
 
-def index_digest(stored_index: bytes) -> bytes:
+def index_digest(stored_index: bytes, version: int) -> bytes:
+    """The footer's digest of the stored index; from version 5 on of the
+    header too, so that a damaged version field that names another valid
+    version (5 -> 4, one bit) cannot pass unseen."""
+    if version >= HEADER_DIGEST_VERSION:
+        return hashlib.sha256(pack_header(version) + stored_index).digest()[:16]
     return hashlib.sha256(stored_index).digest()[:16]
 
 

@@ -61,7 +61,7 @@ class ArchiveReader:
             raise TruncatedError("archive ends before its footer")
         self.footer = Footer.unpack(self.read(self.size - FOOTER_SIZE, FOOTER_SIZE), self.size)
         stored = self.read(self.footer.index_offset, self.footer.index_length)
-        if index_digest(stored) != self.footer.digest:
+        if index_digest(stored, self.version) != self.footer.digest:
             raise FormatError("index checksum mismatch")
         global _last_index
         if _last_index is not None and _last_index[0] == self.footer:

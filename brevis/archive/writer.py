@@ -17,7 +17,7 @@ import zstandard
 
 from ..errors import BrevisError, FormatError, InvalidArgument, OutputExists
 from ..fs.atomic import io_failure, make_temp, publish, remove_stale
-from .format import FOOTER_SIZE, HEADER_SIZE, Footer, index_digest, max_entries, pack_header
+from .format import FOOTER_SIZE, HEADER_SIZE, VERSION, Footer, index_digest, max_entries, pack_header
 from .index import Index
 from .schema import paused_gc
 
@@ -98,7 +98,7 @@ class ArchiveWriter:
         # Level 15: on a checkpoint of many small tensors (taesd, 456 chunks)
         # the index is 11 % smaller than at level 9, for 40 ms.
         stored = zstandard.ZstdCompressor(level=15).compress(raw)
-        footer = Footer(self.offset, len(stored), len(raw), index_digest(stored))
+        footer = Footer(self.offset, len(stored), len(raw), index_digest(stored, VERSION))
         self._check_readable(obj, footer)
         self._write(stored)
         self._write(footer.pack())

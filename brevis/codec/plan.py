@@ -250,7 +250,22 @@ def plan_segments(files: list[PlannedFile], planner: Planner, pool: Pool, chunk_
 
     for (ps, *_), (p, ref, text) in ordered_pairs(pool.executor, plan, items(), 2 * pool.threads):
         ps.plan, ps.base, ps.program_json = p, ref, text  # here, on the caller's thread
+        if p.chunk_bytes and p.chunk_bytes > chunk_bytes:
+            ps.chunks = merged(ps.chunks, p.chunk_bytes)
         yield ps
+
+
+def merged(refs: tuple[ChunkRef, ...], most: int) -> tuple[ChunkRef, ...]:
+    """Consecutive chunks of a segment joined into chunks of at most `most`
+    bytes (each at least as long as the longest one given)."""
+    out: list[ChunkRef] = []
+    for r in refs:
+        last = out[-1] if out else None
+        if last is not None and last.length + r.length <= max(most, r.length):
+            out[-1] = ChunkRef(r.segment, last.offset, last.n + r.n, last.length + r.length)
+        else:
+            out.append(r)
+    return tuple(out)
 
 
 # ------------------------------------------------------------ learning the prior

@@ -1,7 +1,7 @@
 """The typed DSL: value types, operators, coders, programs, interpreter."""
 
 from . import coders, constant, delta, entropy, fields, planes, records, reference, regions, symbols  # noqa: F401
-from .coders import Raw, Zstd
+from .coders import Lzma, Raw, Zstd
 from .entropy import Ans
 from .constant import Constant
 from .delta import Delta, Transpose, XorDelta, ZigZag
@@ -19,6 +19,6 @@ from .types import Field, Tensor, tensor
 __all__ = [
     "Ans", "Affine", "Delta", "Records", "SubBase", "XorBase", "Partition", "Rank", "RowDedup", "Sparse", "Transpose", "XorDelta", "ZigZag",
     "REGISTRY", "BitFields", "BytePlanes", "Constant", "Field",
-    "FloatFields", "LowZeroBits", "PackBits", "Program", "Raw",
+    "FloatFields", "LowZeroBits", "Lzma", "PackBits", "Program", "Raw",
     "Tensor", "Zstd", "decode", "encode", "tensor",
 ]

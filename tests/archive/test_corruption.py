@@ -371,7 +371,7 @@ def test_index_that_is_not_zstd(small, tmp_path):
     head, index = split(data)
     raw = json.dumps(index).encode()
     path = tmp_path / "plain.brv"
-    path.write_bytes(head + raw + Footer(len(head), len(raw), len(raw), index_digest(raw)).pack())
+    path.write_bytes(head + raw + Footer(len(head), len(raw), len(raw), index_digest(raw, VERSION)).pack())
     with pytest.raises(FormatError):
         ArchiveReader(path)
 

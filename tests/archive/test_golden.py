@@ -117,3 +117,13 @@ def test_v4_holds_wide_ans_blocks():
         assert first & entropy.WIDE
         norm = segments["norm.weight"]
         assert not reader._stored(norm.chunks[0].streams)[0][0] & entropy.WIDE
+
+
+def test_v5_holds_an_lzma_stream():
+    """What v5 was made to contain: the bytes of a format no parser knows
+    coded by the `lzma` leaf (a 4-byte lane as its literal context)."""
+    with ArchiveReader(GOLDEN / "v5" / "archive.brv") as reader:
+        assert reader.version == 5
+        segments = {(f.path, s.name): s for f in reader.index.files for s in f.segments}
+        (span,) = [s for (path, _), s in segments.items() if path == "weights.madeup"]
+        assert [p.to_json() for p in span.programs] == [["lzma", {"preset": 6, "lc": 2, "lp": 2, "pb": 2}]]

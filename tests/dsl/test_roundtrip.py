@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from brevis.dsl import (REGISTRY, Ans, SubBase, XorBase, Affine, BitFields, BytePlanes, Constant, Delta, FloatFields, LowZeroBits,
-                        PackBits, Partition, Program, Rank, Raw, Records, RowDedup, Sparse, Transpose, XorDelta, ZigZag,
-                        Zstd, encode)
+                        Lzma, PackBits, Partition, Program, Rank, Raw, Records, RowDedup, Sparse, Transpose, XorDelta,
+                        ZigZag, Zstd, encode)
 from brevis.dsl.operator import Coder
 from brevis.dsl.types import Field, Tensor, tensor
 from brevis.dtypes import DTYPES
@@ -92,6 +92,13 @@ ZSTD_CONFIGS = LEAVES[1:] + [
     Zstd.at_level(19),
     Zstd(level=3, strategy=1, window_log=31, hash_log=6, chain_log=6, min_match=7),
     Zstd(level=1, strategy=5, window_log=0, hash_log=30, chain_log=30, min_match=4),
+]
+
+LZMA_CONFIGS = [
+    Lzma(preset=0, lc=3, lp=0, pb=2),  # xz's literal context, fastest
+    Lzma(preset=6, lc=2, lp=2, pb=2),  # a 4-byte word's lane
+    Lzma(preset=9, lc=0, lp=4, pb=4),
+    Lzma(preset=1, lc=4, lp=0, pb=0),
 ]
 
 
@@ -382,6 +389,7 @@ def reference_case(cls) -> Case:
 CASES: dict[str, list[Case]] = {
     "raw": [Case("raw", lambda t: Program.leaf(Raw()))],
     "zstd": [zstd_case(z) for z in ZSTD_CONFIGS],
+    "lzma": [Case(f"lzma:{z.describe()}", lambda t, z=z: Program.leaf(z)) for z in LZMA_CONFIGS],
     "ans": [Case("ans", _only(lambda t: t.bits <= 32)(lambda t: Program.leaf(Ans()))),
             Case("byte_planes>ans", _only(lambda t: t.bits <= 64)(
                 lambda t: Program.op(BytePlanes(), *(Program.leaf(Ans()) for _ in BytePlanes().output_types(t)))))],
@@ -747,7 +755,7 @@ def test_zstd_configs_roundtrip_through_json(**config):
 
 
 # ---- coders refuse streams of the wrong size
-@pytest.mark.parametrize("coder", [Raw(), Zstd.at_level(3), Ans()], ids=str)
+@pytest.mark.parametrize("coder", [Raw(), Zstd.at_level(3), Ans(), Lzma(preset=6, lc=2, lp=2, pb=2)], ids=str)
 def test_coder_rejects_streams_of_the_wrong_length(coder):
     t = Field(16)
     x = np.arange(10, dtype=np.uint16)
@@ -837,3 +845,20 @@ def test_partition_across_blocks(classes):
         g.flags.writeable = False
     out = op.inverse(n, t, lambda i, m: frozen[i][:m] if len(frozen[i]) == m else pytest.fail("wrong count"))
     assert as_bytes(out) == as_bytes(x)
+
+
+@pytest.mark.parametrize("config", [dict(preset=10, lc=3, lp=0, pb=2), dict(preset=6, lc=3, lp=2, pb=2),
+                                    dict(preset=6, lc=5, lp=0, pb=2), dict(preset=6, lc=0, lp=0, pb=5),
+                                    dict(preset=-1, lc=0, lp=0, pb=0)])
+def test_lzma_refuses_configurations_lzma2_does_not_take(config):
+    with pytest.raises(ProgramError):
+        Program.from_json(["lzma", config])
+
+
+def test_lzma_dictionary_comes_from_the_declared_length():
+    """Both directions size the dictionary from the value's length (never
+    from the stream): the data's size, within LZMA2's limits."""
+    from brevis.dsl.coders import lzma_dictionary
+
+    assert [lzma_dictionary(n) for n in (0, 1, 4096, 4097, 1 << 20)] == [4096, 4096, 4096, 4097, 1 << 20]
+    assert lzma_dictionary(1 << 40) == 1 << 30

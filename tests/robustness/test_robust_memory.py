@@ -83,6 +83,7 @@ CASES = {
     "sub_base": (t_of("F16"), n8 // 2, lambda n: (np.arange(n) % 65536).astype(np.uint16), {}),
     "raw": (BYTES, n8, lambda n: (np.arange(n) % 256).astype(np.uint8), {}),
     "zstd": (BYTES, n8, lambda n: (np.arange(n) % 256).astype(np.uint8), dict(Z[1])),
+    "lzma": (BYTES, n8, lambda n: (np.arange(n) % 256).astype(np.uint8), {"preset": 0, "lc": 3, "lp": 0, "pb": 2}),
     # Many bins and blocks: every 16-bit value, drifting along the chunk.
     "ans": (t_of("F16"), n8 // 2, lambda n: ((np.arange(n) * 40503) >> (np.arange(n) >> 22)).astype(np.uint16), {}),
 }

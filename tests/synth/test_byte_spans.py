@@ -1,0 +1,86 @@
+"""Byte spans no parser typed: the planner measures zstd's levels, the
+bytes read as words and LZMA on the span, and takes LZMA only where it is
+clearly smaller (it decodes about 20 times slower than `ans`)."""
+
+from __future__ import annotations
+
+import json
+import lzma
+
+import numpy as np
+import pytest
+
+import brevis
+from brevis.archive.reader import ArchiveReader
+
+RNG = np.random.default_rng(13)
+
+
+def made_up_format(arrays: int = 24) -> bytes:
+    """Names, lengths and F32 arrays at odd offsets, each padded with zeros
+    to 256 bytes; a third of the arrays repeat earlier ones (tied weights)."""
+    parts, kernels = [b"MADEUP\x00\x02"], []
+    for i in range(arrays):
+        if i % 3 == 2:
+            w = kernels[i // 3 % len(kernels)]
+        else:
+            w = (RNG.standard_normal(int(RNG.integers(2000, 6000))) * 0.05).astype(np.float32)
+            kernels.append(w)
+        name = f"layers.{i}.conv.weight".encode()
+        parts += [bytes([len(name)]), name, w.size.to_bytes(4, "little"), w.tobytes()]
+        parts.append(bytes(-sum(map(len, parts)) % 256))
+    return b"".join(parts)
+
+
+def vocabulary(n: int = 80000) -> bytes:
+    """A tokenizer's vocabulary as JSON: strings with shared prefixes."""
+    stems = ["tion", "ing", "ment", "er", "ly", "ness", "able", "ous"]
+    words = {f"{chr(97 + i % 26)}{chr(97 + i // 26 % 26)}{stems[i % len(stems)]}{i}": i for i in range(n)}
+    return json.dumps({"model": {"type": "BPE", "vocab": words}}).encode()
+
+
+def programs(archive) -> list:
+    with ArchiveReader(archive) as reader:
+        return [p.to_json()[0] for f in reader.index.files for s in f.segments for p in s.programs]
+
+
+def stored(archive) -> int:
+    """The bytes the archive's segments take, its index and framing aside."""
+    return sum(s["stored_bytes"] for f in brevis.inspect(archive)["files"] for s in f["segments"])
+
+
+def archive_of(data: bytes, tmp_path, name: str):
+    path = tmp_path / name
+    path.write_bytes(data)
+    out = tmp_path / (name + ".brv")
+    brevis.compress([path], out)
+    assert brevis.verify(out, sources=[path])["ok"]
+    return out
+
+
+@pytest.mark.parametrize("make", [made_up_format, vocabulary], ids=["made-up-format", "vocabulary"])
+def test_an_unknown_format_is_no_larger_than_xz(make, tmp_path):
+    """On text LZMA is all there is to find: the stream is xz's, less its
+    container (the archive adds its index, some hundred bytes)."""
+    data = make()
+    out = archive_of(data, tmp_path, "blob")
+    assert "lzma" in programs(out)
+    assert stored(out) <= len(lzma.compress(data, preset=6))
+
+
+def test_lzma_spans_take_long_chunks(tmp_path):
+    """A 1.7 MB vocabulary is one chunk, not two of 1 MiB: its window then
+    reaches as far as xz -6's."""
+    data = vocabulary()
+    out = archive_of(data, tmp_path, "vocab.json")
+    (entry,) = [s for f in brevis.inspect(out)["files"] for s in f["segments"]]
+    assert entry["chunks"] == 1
+
+
+def test_bare_floats_keep_a_fast_coder(tmp_path):
+    """Aligned F32 arrays behind a short header: the bytes read as words
+    win, and LZMA (slower to decode) is not taken."""
+    data = b"\x07" * 3 + (RNG.standard_normal(1 << 18) * 0.02).astype(np.float32).tobytes()
+    out = archive_of(data, tmp_path, "floats.bin")
+    assert "lzma" not in programs(out)
+    assert out.stat().st_size < len(lzma.compress(data, preset=6))
