@@ -180,3 +180,16 @@ def test_phases_times_each_phase_and_the_floor(tmp_path):
     assert sum(phases) <= total + 0.03  # six figures rounded to 0.01 s each
     floor = [float(v) for v in cells[10].split("+")]
     assert len(floor) == 5 and all(v >= 0 for v in floor) and abs(sum(floor) - float(cells[11])) < 0.02
+
+
+def test_discovery_effort_measures_three_archives_per_item(tmp_path):
+    corpus, out = tiny_corpus(tmp_path), tmp_path / "out"
+    p = subprocess.run([sys.executable, "benchmarks/discovery_effort.py", "--corpus", str(corpus), "--out", str(out),
+                        "--threads", "1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    [row] = json.loads((out / "discovery_effort.json").read_text())["items"]
+    sizes = {mode: m["archive_bytes"] for mode, m in row["modes"].items()}
+    assert set(sizes) == {"default", "effort 3", "parsers off"} and all(0 < s < row["original_bytes"] for s in sizes.values())
+    # the safetensors file read as bytes (no tensor names) codes to other streams than the parsed one
+    assert sizes["parsers off"] != sizes["default"]
+    assert "| tiny |" in (out / "discovery_effort.md").read_text()
