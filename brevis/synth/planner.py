@@ -62,11 +62,12 @@ WHOLE_TRIAL_LEAST = (0, 0, 16 << 10, 64 << 10)  # bytes a span needs for each
 WHOLE_TRIAL_MOST = (1 << 62, 1 << 62, 1 << 62, WHOLE_TRIAL_BYTES)  # level 19 only where it codes all of a span
 # ... and LZMA, with xz's literal context, the one its manual gives for
 # text (lc = 4, pb = 0) or a 4-byte word's lane as context (lp = pb = 2:
-# floats at any alignment), the best of the three on LZMA_PROBE_BYTES of
-# each window (it codes at about 3 MB/s), taken only where it is
-# LZMA_MARGIN smaller than the best of the rest: it decodes about 20 times
-# slower than `ans`.
+# floats at any alignment), the best of the three on LZMA_PROBES probes of
+# LZMA_PROBE_BYTES over the span (it codes at about 3 MB/s), taken only
+# where it is LZMA_MARGIN smaller than the best of the rest: it decodes
+# about 20 times slower than `ans`.
 LZMA_TRIALS = tuple(Program.leaf(Lzma(preset=6, lc=lc, lp=lp, pb=pb)) for lc, lp, pb in ((3, 0, 2), (4, 0, 0), (2, 2, 2)))
+LZMA_PROBES = 4
 LZMA_PROBE_BYTES = 1 << 18
 LZMA_MARGIN = 0.005
 # Its chunks are longer: its window then reaches as far as xz -6's (a 1 MiB
@@ -402,11 +403,18 @@ def _measured(seg: SegmentInfo, found: Program, stats: dict) -> Plan:
         if best_size is None or size < best_size:
             best, best_size = program, size
     estimate = None if best_size is None else best_size * scale
-    # LZMA: its literal context chosen on the middle of each window, then
-    # measured on the windows.
-    probes = [x[max(0, (len(x) - LZMA_PROBE_BYTES) // 2):][:LZMA_PROBE_BYTES] for x in pieces]
+    # LZMA: its literal context chosen on probes spread from the span's
+    # start to its end (a file's statistics change along it: its first
+    # arrays may be floats, the rest quantized bytes), then measured on the
+    # windows.
+    if seg.length <= LZMA_PROBES * LZMA_PROBE_BYTES:
+        probes = pieces if seg.length <= WHOLE_TRIAL_BYTES else [np.frombuffer(seg.read(0, seg.length), np.uint8)]
+    else:
+        room = seg.length - LZMA_PROBE_BYTES
+        probes = [np.frombuffer(seg.read(room * i // (LZMA_PROBES - 1) // 8 * 8, LZMA_PROBE_BYTES), np.uint8)
+                  for i in range(LZMA_PROBES)]
     size, choice = min((sum(len(b) for x in probes for b in encode(p, x, seg.t)), i) for i, p in enumerate(LZMA_TRIALS))
-    if sum(map(len, probes)) < sum(map(len, pieces)):  # else the probes were the windows
+    if probes is not pieces:
         size = sum(len(b) for x in pieces for b in encode(LZMA_TRIALS[choice], x, seg.t))
     size *= scale
     if estimate is None or size < estimate * (1 - LZMA_MARGIN):
