@@ -215,6 +215,8 @@ class Lzma(Coder):
                 got = decompressor.decompress(piece, max_length=max(1, min(LZMA_OUTPUT_STEP, expected - done)))
                 if len(got) > expected - done:
                     raise FormatError(f"lzma stream holds more than the {expected} bytes expected")
+                if not got and not len(piece) and not decompressor.eof and not decompressor.needs_input:
+                    raise FormatError("lzma stream makes no progress")  # never seen: a guard against a loop
                 out[done: done + len(got)] = np.frombuffer(got, dtype=np.uint8)
                 done += len(got)
         except lzma.LZMAError as e:
