@@ -124,7 +124,7 @@ def segment_info(f: ScannedFile, seg: Segment, chunk_bytes: int, base: Base | No
     chunks = len(chunk_counts(seg.length // itemsize, itemsize, chunk_bytes, _row(seg)))
     ref = base.match(f.source.name, f.tensor_key(seg), seg.dtype, seg.shape) if base else None
     return SegmentInfo(seg.name, t, seg.shape, seg.length, chunks, _reader(f, seg), seg.records,
-                       ref.read if ref else None)
+                       ref.read if ref else None, parsed=f.format != "bytes")
 
 
 def _reader(f: ScannedFile, seg: Segment):
