@@ -70,11 +70,10 @@ LZMA_TRIALS = tuple(Program.leaf(Lzma(preset=6, lc=lc, lp=lp, pb=pb)) for lc, lp
 LZMA_PROBES = 4
 LZMA_PROBE_BYTES = 1 << 18
 LZMA_MARGIN = 0.005
-# In a file a parser typed, the byte spans are headers and framing between
-# tensors; LZMA gains little there for its time (gemma's GGUF: its
-# vocabulary 22 % smaller, the item 0.19 %, compression 4x slower), so the
-# default effort leaves them to the rest and effort 3 tries it.
-LZMA_PARSED_EFFORT = 3
+# Only in files no parser knows: in a parsed file the byte spans are
+# headers and framing between tensors, where LZMA gains little for its time
+# (gemma's GGUF: its vocabulary 22 % smaller, the item 0.19 %, compression
+# 4x slower). At effort 3 too: effort buys search, not slower coders.
 # Its chunks are longer: its window then reaches as far as xz -6's (a 1 MiB
 # chunk of a tokenizer's vocabulary is 14 % larger than xz -6 on 1.7 MB).
 LZMA_CHUNK_BYTES = 8 << 20
@@ -278,7 +277,7 @@ class Planner:
         if plan.program is None or plan.stats.get("search") in (SearchKind.TINY, SearchKind.NONE) or seg.records:
             return plan
         if not isinstance(seg.t, Tensor):
-            return _measured(seg, plan.program, plan.stats, lzma=not seg.parsed or self.effort.level >= LZMA_PARSED_EFFORT)
+            return _measured(seg, plan.program, plan.stats, lzma=not seg.parsed)
         estimate = plan.estimate
         if seg.length <= WHOLE_TRIAL_BYTES and estimate is not None and seg.reference is None:
             # A tensor's long-range repeats (a basis of sines, tiled rows)
