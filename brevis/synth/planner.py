@@ -60,20 +60,19 @@ WORD_TRIALS = (Program.op(WORD_VIEWS[0], TINY_ANS),
                Program.op(WORD_VIEWS[1], Program.op(halves(32), TINY_ANS, TINY_ANS)))
 WHOLE_TRIAL_LEAST = (0, 0, 16 << 10, 64 << 10)  # bytes a span needs for each
 WHOLE_TRIAL_MOST = (1 << 62, 1 << 62, 1 << 62, WHOLE_TRIAL_BYTES)  # level 19 only where it codes all of a span
-# ... and LZMA, with xz's literal context, the one its manual gives for
-# text (lc = 4, pb = 0) or a 4-byte word's lane as context (lp = pb = 2:
-# floats at any alignment), the best of the three on LZMA_PROBES probes of
-# LZMA_PROBE_BYTES over the span (it codes at about 3 MB/s), taken only
-# where it is LZMA_MARGIN smaller than the best of the rest: it decodes
-# about 20 times slower than `ans`.
+# ... and, in files no parser knows, LZMA: with xz's literal context, the
+# one its manual gives for text (lc = 4, pb = 0) or a 4-byte word's lane as
+# context (lp = pb = 2: floats at any alignment), the best of the three on
+# LZMA_PROBES probes of LZMA_PROBE_BYTES over the span (it codes at about
+# 3 MB/s), taken only where it is LZMA_MARGIN smaller than the best of the
+# rest: it decodes about 20 times slower than `ans`. Not in a parsed file,
+# at any effort: there the byte spans are headers and framing between
+# tensors, where it gains little for its time (gemma's GGUF: its
+# vocabulary 22 % smaller, the item 0.19 %, compression 4x slower).
 LZMA_TRIALS = tuple(Program.leaf(Lzma(preset=6, lc=lc, lp=lp, pb=pb)) for lc, lp, pb in ((3, 0, 2), (4, 0, 0), (2, 2, 2)))
 LZMA_PROBES = 4
 LZMA_PROBE_BYTES = 1 << 18
 LZMA_MARGIN = 0.005
-# Only in files no parser knows: in a parsed file the byte spans are
-# headers and framing between tensors, where LZMA gains little for its time
-# (gemma's GGUF: its vocabulary 22 % smaller, the item 0.19 %, compression
-# 4x slower). At effort 3 too: effort buys search, not slower coders.
 # Its chunks are longer: its window then reaches as far as xz -6's (a 1 MiB
 # chunk of a tokenizer's vocabulary is 14 % larger than xz -6 on 1.7 MB).
 LZMA_CHUNK_BYTES = 8 << 20
@@ -385,7 +384,8 @@ def _measured(seg: SegmentInfo, found: Program, stats: dict, lzma: bool = True) 
     """A byte span's program by measurement on all of it (up to 1 MiB), or
     on two windows of up to 1 MiB (a chunk's worth), centred at a third and
     two thirds of a longer span and coded apart: the one the search found
-    on the sample, a zstd level, or the bytes read as words. A sample shows a coder's order-0 statistics but not the
+    on the sample, a zstd level, or the bytes read as words; and, where
+    `lzma`, LZMA (_lzma_trial). A sample shows a coder's order-0 statistics but not the
     repeats a long window finds (strings, tables, copies of arrays, zero
     runs), which decide between levels."""
     if seg.length <= WHOLE_TRIAL_BYTES:
@@ -408,15 +408,21 @@ def _measured(seg: SegmentInfo, found: Program, stats: dict, lzma: bool = True) 
         if best_size is None or size < best_size:
             best, best_size = program, size
     estimate = None if best_size is None else best_size * scale
-    if not lzma:
-        estimate = None if estimate is None else round(estimate)
-        return Plan(best, dict(stats, estimate=estimate), estimate)
-    # LZMA: its literal context chosen on probes spread from the span's
-    # start to its end (a file's statistics change along it: its first
-    # arrays may be floats, the rest quantized bytes), then measured on the
-    # windows.
-    if seg.length <= LZMA_PROBES * LZMA_PROBE_BYTES:
-        probes = pieces if seg.length <= WHOLE_TRIAL_BYTES else [np.frombuffer(seg.read(0, seg.length), np.uint8)]
+    if lzma:
+        program, size = _lzma_trial(seg, pieces)
+        if estimate is None or size * scale < estimate * (1 - LZMA_MARGIN):
+            return Plan(program, dict(stats, estimate=round(size * scale)), round(size * scale), LZMA_CHUNK_BYTES)
+    estimate = None if estimate is None else round(estimate)
+    return Plan(best, dict(stats, estimate=estimate), estimate)
+
+
+def _lzma_trial(seg: SegmentInfo, pieces: list[np.ndarray]) -> tuple[Program, int]:
+    """The LZMA trial whose literal context codes probes spread from the
+    span's start to its end smallest (a file's statistics change along it:
+    its first arrays may be floats, the rest quantized bytes), and its bytes
+    on the measurement's pieces."""
+    if seg.length <= WHOLE_TRIAL_BYTES:
+        probes = pieces  # the whole span
     else:
         room = seg.length - LZMA_PROBE_BYTES
         probes = [np.frombuffer(seg.read(room * i // (LZMA_PROBES - 1) // 8 * 8, LZMA_PROBE_BYTES), np.uint8)
@@ -424,12 +430,7 @@ def _measured(seg: SegmentInfo, found: Program, stats: dict, lzma: bool = True) 
     size, choice = min((sum(len(b) for x in probes for b in encode(p, x, seg.t)), i) for i, p in enumerate(LZMA_TRIALS))
     if probes is not pieces:
         size = sum(len(b) for x in pieces for b in encode(LZMA_TRIALS[choice], x, seg.t))
-    size *= scale
-    if estimate is None or size < estimate * (1 - LZMA_MARGIN):
-        estimate = round(size)
-        return Plan(LZMA_TRIALS[choice], dict(stats, estimate=estimate), estimate, LZMA_CHUNK_BYTES)
-    estimate = None if estimate is None else round(estimate)
-    return Plan(best, dict(stats, estimate=estimate), estimate)
+    return LZMA_TRIALS[choice], size
 
 
 def _trial(root: Value, seg: SegmentInfo) -> tuple[Value, float]:
