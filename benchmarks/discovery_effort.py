@@ -16,6 +16,7 @@ Writes discovery_effort.md and .json to DIR (default benchmarks/results).
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import subprocess
@@ -87,8 +88,6 @@ def main() -> None:
     args = ap.parse_args()
     corpus = (args.corpus or args.corpus_arg or DEFAULT_CORPUS).expanduser()
     items = load_items(corpus, args.items.split(",") if args.items else None)
-    import datetime
-
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "revision": revision(), "corpus": str(corpus), "threads": args.threads}
     rows = []
