@@ -41,7 +41,7 @@ from brevis.archive.writer import ArchiveWriter  # noqa: E402
 from brevis.dsl.coders import Zstd  # noqa: E402
 from brevis.synth.planner import Planner  # noqa: E402
 
-PHASES = ["scan", "learn", "plan", "encode", "write", "finish"]
+PHASES = ["scan", "discover", "learn", "plan", "encode", "write", "finish"]
 FLOOR = ["zstd", "blake3", "stream check", "read", "write"]
 
 seconds: dict[str, float] = defaultdict(float)
@@ -75,6 +75,7 @@ def _wrap(name: str, fn, *, chunk: bool = False, only_in_chunk: bool = False):
 
 def instrument() -> None:
     encoder.scan = _wrap("scan", encoder.scan)
+    encoder.discover = _wrap("discover", encoder.discover)
     encoder._learn = _wrap("learn", encoder._learn)
     Planner.plan = _wrap("plan", Planner.plan)
     jobs.run_chunk = _wrap("encode", jobs.run_chunk, chunk=True)

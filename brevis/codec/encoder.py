@@ -1,7 +1,8 @@
 """Compression: sources -> plan -> streams -> archive; the orchestration.
 
 1. Scan (plan.scan): every source file is cut into segments (formats/);
-   only headers are read. plan.lay_out makes the plan's skeleton: files ->
+   only headers are read. plan.discover then reads the long byte spans
+   and cuts them: copies of long repeats, changes of statistics. plan.lay_out makes the plan's skeleton: files ->
    segments -> chunk references, in archive order.
 2. Learn: the planner learns the production prior on a stratified sample
    of the segments (unless a prior was given).
@@ -40,8 +41,8 @@ from ..workers.heap import keep_freed_memory
 from ..fs.sources import Source, collect
 from ..synth.planner import DEFAULT_EFFORT, Planner
 from ..synth.prior import Prior
-# compress() calls scan and _learn through this module (tests and benchmarks/phases.py wrap them here).
-from .plan import ChunkRef, _learn, lay_out, plan_segments, scan  # noqa: F401
+# compress() calls scan, discover and _learn through this module (tests and benchmarks/phases.py wrap them here).
+from .plan import ChunkRef, _learn, discover, lay_out, plan_segments, scan  # noqa: F401
 
 
 def learn(sources, *, effort: int = DEFAULT_EFFORT, threads: int = 1, chunk_bytes: int = CHUNK_BYTES,
@@ -56,6 +57,7 @@ def learn(sources, *, effort: int = DEFAULT_EFFORT, threads: int = 1, chunk_byte
     try:
         with Pool(threads) as pool:
             scanned = list(pool.ordered_map(scan, files))
+            discover(scanned)
             return _learn(planner, scanned, pool, chunk_bytes, base_model)
     finally:
         if base_model is not None:
@@ -135,6 +137,7 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
                 chunk_executor, chunk_window = executor, window or 2 * max(1, threads)
                 batch = (batch_bytes, WORKER_BATCH_CHUNKS)
             scanned = list(pool.ordered_map(scan, files))
+            discover(scanned)
             learn_time = time.perf_counter()
             if prior is None and planner.effort.learn_tensors:
                 _learn(planner, scanned, pool, chunk_bytes, base_model, executor)

@@ -25,7 +25,7 @@ import json
 import os
 import stat
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from .base_model import Base, BaseTensor, tensor_keys
@@ -33,10 +33,10 @@ from ..dsl.program import Program
 from ..dsl.types import BYTES, Field, tensor
 from ..errors import InvalidArgument, IOFailure
 from ..archive.index import pieces
-from ..formats import Segment, layout
+from ..formats import Segment, discovery, layout, repeats
 from ..formats.gather import gather
 from ..fs.sources import Source, check_identity, read_exactly
-from ..synth.planner import Plan, Planner, SegmentInfo
+from ..synth.planner import LZMA_CHUNK_BYTES, Plan, Planner, SegmentInfo, lzma_wins
 from ..synth.prior import Prior
 from ..synth.search import SearchResult
 from ..workers.pool import Pool, chunk_counts, ordered_map, ordered_pairs
@@ -114,6 +114,94 @@ def scan(source: Source) -> ScannedFile:
                        mode=stat.S_IMODE(st.st_mode))
 
 
+def discover(scanned: list[ScannedFile]) -> None:
+    """What the parsers left as long byte spans, cut from the bytes alone
+    (formats/repeats.py, formats/discovery.py):
+
+    - each copy of a long repeat across all the files' spans becomes a
+      segment of its own, so that its chunks are stored once;
+    - a span is cut where its statistics change and into runs of whole
+      quantized blocks of a layout Brevis knows, unless LZMA may code it
+      (a file no parser knows) and codes it better whole
+      (planner.lzma_wins): its adaptive model follows the changes, and
+      its window the repeats within reach (LZMA_CHUNK_BYTES), which are
+      then left in place; pieces of a span LZMA lost on do not try it;
+    - the other pieces are cut at their words' phase, and the short ones
+      gathered again (formats/gather.py).
+
+    A later copy of a repeat is cut as the first (the same bytes), and its
+    pieces numbered alike."""
+    spans = [repeats.Span(i, seg, _read_once(f)) for i, f in enumerate(scanned)
+             for seg in f.segments if repeats.searchable(seg)]
+    if not spans:
+        return
+    whole = {}  # span -> whether LZMA codes it whole better than its pieces (files no parser knows)
+    for k, sp in enumerate(spans):
+        if scanned[sp.file].format == "bytes":
+            at = sp.segment.offset
+            parts = discovery.changes(sp.segment, sp.read)
+            whole[k] = lzma_wins(lambda off, n, sp=sp, at=at: sp.read(at + off, n),
+                                 [(p.offset - at, p.length) for p in parts])
+    found = [copies for copies in repeats.regions(spans) if not _within_reach(copies, whole)]
+    replaced = repeats.cut(spans, found)
+    numbers: dict[tuple[int, int], int] = {}  # (region, piece of it) -> the piece's region
+    by_file: dict[int, dict[int, int]] = {}
+    for k, sp in enumerate(spans):
+        by_file.setdefault(sp.file, {})[id(sp.segment)] = k
+    for i, ks in by_file.items():
+        f = scanned[i]
+        segments = []
+        for seg in f.segments:
+            k = ks.get(id(seg))
+            if k is None:
+                segments.append(seg)
+                continue
+            read = spans[k].read
+            for piece in replaced.get(k, [seg]):
+                cut = discovery.split(piece, read, words=False) if whole.get(k) else _cut(piece, read)
+                for j, part in enumerate(cut):
+                    if part.region is not None:
+                        part = replace(part, region=numbers.setdefault((part.region, j), len(numbers)))
+                    if whole.get(k) is False:
+                        part = replace(part, lzma=False)
+                    segments.append(part)
+        f.segments = gather(segments)
+
+
+def _cut(piece: Segment, read) -> list[Segment]:
+    """A piece of bytes cut where its statistics change, into runs of whole
+    quantized blocks, and at its words' phase (formats/discovery.py)."""
+    out = []
+    for part in discovery.changes(piece, read):
+        for run in discovery.blocks(part, read):
+            out += [run] if run.records else discovery.split(run, read)
+    return out
+
+
+def _within_reach(copies: list[repeats.Copy], whole: dict[int, bool]) -> bool:
+    """Whether all of a region's copies lie in one span LZMA codes whole,
+    close enough for its window to find them."""
+    span = copies[0].span
+    return (whole.get(span, False) and all(c.span == span for c in copies)
+            and max(c.end for c in copies) - min(c.start for c in copies) <= LZMA_CHUNK_BYTES)
+
+
+def _read_once(f: ScannedFile):
+    """(offset, n) -> bytes of the file, opening it for the one read."""
+    path = f.source.path
+
+    def read(offset: int, n: int) -> bytes:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as e:
+            raise InvalidArgument(f"cannot read {path}: {e.strerror}") from None
+        try:
+            return read_exactly(fd, path, offset, n)
+        finally:
+            os.close(fd)
+    return read
+
+
 def value_type(seg: Segment) -> Field:
     return tensor(seg.dtype) if seg.dtype else BYTES
 
@@ -124,7 +212,7 @@ def segment_info(f: ScannedFile, seg: Segment, chunk_bytes: int, base: Base | No
     chunks = len(chunk_counts(seg.length // itemsize, itemsize, chunk_bytes, _row(seg)))
     ref = base.match(f.source.name, f.tensor_key(seg), seg.dtype, seg.shape) if base else None
     return SegmentInfo(seg.name, t, seg.shape, seg.length, chunks, _reader(f, seg), seg.records,
-                       ref.read if ref else None, parsed=f.format != "bytes")
+                       ref.read if ref else None, parsed=f.format != "bytes", lzma=seg.lzma)
 
 
 def _reader(f: ScannedFile, seg: Segment):
@@ -232,23 +320,37 @@ def plan_segments(files: list[PlannedFile], planner: Planner, pool: Pool, chunk_
     for any number of threads. A file is opened (for sampling) on reaching
     its first segment; the assembler closes it."""
 
+    first_copy: dict[int, PlannedSegment] = {}  # a repeated region's number -> its first segment
+
     def items():
         for pf in files:
             if pf.segments:
                 pf.scanned.open()
             for ps in pf.segments:
+                region = ps.segment.region
+                if region is not None and region in first_copy:
+                    yield ps, None, None, False  # a later copy: planned as the first (below)
+                    continue
+                if region is not None:
+                    first_copy[region] = ps
                 info = segment_info(pf.scanned, ps.segment, chunk_bytes, base)
                 family, leader = planner.claim_family(info)  # in archive order: deterministic
                 yield ps, info, family, leader
 
-    def plan(item) -> tuple[Plan, BaseTensor | None, str]:
+    def plan(item) -> tuple[Plan, BaseTensor | None, str] | None:
         ps, info, family, leader = item
+        if info is None:
+            return None
         seg = ps.segment
         ref = base.match(ps.file.source.name, ps.file.scanned.tensor_key(seg), seg.dtype, seg.shape) if base else None
         p = planner.plan(info, family, leader)
         return p, ref, program_text(p.program) if p.program is not None else ""
 
-    for (ps, *_), (p, ref, text) in ordered_pairs(pool.executor, plan, items(), 2 * pool.threads):
+    for (ps, *_), planned in ordered_pairs(pool.executor, plan, items(), 2 * pool.threads):
+        if planned is None:  # the same bytes as an earlier segment: the same plan, so the same chunks
+            first = first_copy[ps.segment.region]
+            planned = first.plan, first.base, first.program_json
+        p, ref, text = planned
         ps.plan, ps.base, ps.program_json = p, ref, text  # here, on the caller's thread
         if p.chunk_bytes and p.chunk_bytes > chunk_bytes:
             ps.chunks = merged(ps.chunks, p.chunk_bytes)

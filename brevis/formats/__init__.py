@@ -32,6 +32,12 @@ class Segment:
     # For a gathered byte segment (formats/gather.py): the (offset, length)
     # spans of the file it holds, one after another; `offset` is the first's.
     ranges: tuple[tuple[int, int], ...] | None = None
+    # A repeated region's number (formats/repeats.py): byte segments with
+    # one number hold the same bytes, so they share one plan.
+    region: int | None = None
+    # False where discovery measured LZMA losing on the span this piece of
+    # bytes was cut from (synth/planner.py, lzma_wins): it is not tried again.
+    lzma: bool = True
 
     @property
     def end(self) -> int:

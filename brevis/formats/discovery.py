@@ -13,16 +13,40 @@ just two byte segments.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import BinaryIO
 
 import numpy as np
 
 from . import Segment, opaque
+from .gguf import BLOCK_FIELDS
+
+try:
+    from ..native import _rans
+except ImportError:  # an unbuilt tree: numpy's bincount
+    _rans = None
 
 SAMPLE_BYTES = 1 << 18  # from the middle of the file
 MIN_FILE_BYTES = 1 << 16  # smaller files keep one segment
 STRIDES = (4, 2)
 MIN_GAIN = 0.01  # of the sample's bits: a phase must win by this much to cut
+CHANGE_BLOCK = 1 << 12  # bytes per histogram (more in long spans: at most CHANGE_BLOCKS of them)
+CHANGE_BLOCKS = 1 << 12
+LANES = 4  # a byte's statistics are counted by its offset mod 4: the planes of 4-byte words, or a phase's shift
+KEYS = LANES * 256
+CHANGE_MIN_BLOCKS = 4  # the shortest piece, in blocks
+CHANGE_PROBES = 256  # candidate cuts measured at first in a piece
+CHANGE_GAIN_BITS = 8192  # a cut must save this much order-0 entropy: a segment's entry and a coder's model
+READ_BYTES = 16 << 20
+RECORD_MIN_BYTES = 1 << 18  # shorter spans are not searched for blocks
+RECORD_SAMPLE = 1 << 18
+RECORD_GAIN = 0.012  # of the bits of plain lanes, a layout must save (a wrong one saves at most 0.6 % on the corpus)
+PHASE_BLOCK = 1 << 14  # bytes whose blocks' phase is measured at once ...
+PHASE_FINE = 1 << 10  # ... and, where it changes, finer
+# block bytes -> field layout ([count, width] in storage order), one layout per size
+LAYOUTS: dict[int, tuple[tuple[int, int], ...]] = {}
+for _fields in BLOCK_FIELDS.values():
+    LAYOUTS.setdefault(sum(c * w for c, w in _fields), _fields)
 
 
 def _pair_bits(sample: np.ndarray, stride: int, at: int) -> float:
@@ -57,15 +81,273 @@ def phase(sample: np.ndarray) -> int:
 def cut(f: BinaryIO, size: int) -> list[Segment]:
     """The segments of an unparsed file: one, or the bytes before the
     phase its words start at and the rest."""
-    if size < MIN_FILE_BYTES:
-        return opaque(size)
-    start = max(0, size // 2 - SAMPLE_BYTES // 2)
-    start -= start % 8  # the sample's phase is the file's
-    f.seek(start)
-    sample = np.frombuffer(f.read(SAMPLE_BYTES), dtype=np.uint8)
-    if len(sample) < 1024:
-        return opaque(size)
-    p = phase(sample)
-    if not p:
-        return opaque(size)
-    return [Segment(0, p, "__header__"), Segment(p, size - p)]
+    def read(offset: int, n: int) -> bytes:
+        f.seek(offset)
+        return f.read(n)
+
+    whole = opaque(size)
+    return split(whole[0], read, "__header__", words=False) if whole else whole
+
+
+def split(seg: Segment, read, head_name: str | None = None, words: bool = True) -> list[Segment]:
+    """A byte segment as the bytes before the phase its words start at
+    (named `head_name`, else as the segment) and the rest; where `words`,
+    the rest as a body of whole 8-byte words and the few bytes after it
+    (a chunk of words with a byte over cannot be read as words: its coder
+    would fall back to one for bytes). Itself alone where it is short, or
+    starts on its phase (and holds whole words). `read(offset in the
+    file, n)`."""
+    if seg.length < MIN_FILE_BYTES:
+        return [seg]
+    start = max(0, seg.length // 2 - SAMPLE_BYTES // 2)
+    start -= start % 8  # the sample's phase is the segment's
+    sample = np.frombuffer(read(seg.offset + start, min(SAMPLE_BYTES, seg.length - start)), dtype=np.uint8)
+    p = phase(sample) if len(sample) >= 1024 else 0
+    body = (seg.length - p) // 8 * 8 if words else seg.length - p
+    if not p and body == seg.length:
+        return [seg]
+    out = [replace(seg, length=p, name=seg.name if head_name is None else head_name, region=None)] if p else []
+    out.append(replace(seg, offset=seg.offset + p, length=body))
+    if p + body < seg.length:
+        out.append(replace(seg, offset=seg.offset + p + body, length=seg.length - p - body, region=None))
+    return out
+
+
+def _phase0(seg: Segment) -> int:
+    """Where lanes and cuts count from: the file's start, as formats align
+    arrays; a repeat's copy's own start, so that every copy, wherever it
+    lies, is cut alike."""
+    return seg.offset if seg.region is None else 0
+
+
+def _keys(data: np.ndarray, offset: int) -> np.ndarray:
+    """Each byte's key: its lane (`offset`, from _phase0, mod LANES) and its value."""
+    keys = data.astype(np.uint16)
+    for i in range(LANES):
+        keys[i::LANES] |= np.uint16((offset + i) % LANES << 8)
+    return keys
+
+
+def _block_histograms(seg: Segment, read, block: int) -> np.ndarray:
+    """Counts of each key (_keys) in each `block` bytes of the segment (the last block may be short)."""
+    out, step = [], max(READ_BYTES, block)
+    for at in range(0, seg.length, step):
+        data = np.frombuffer(read(seg.offset + at, min(step, seg.length - at)), dtype=np.uint8)
+        keys = _keys(data, _phase0(seg) + at)
+        if _rans is not None:
+            h = np.frombuffer(_rans.histogram(keys, 2, 0, KEYS, block.bit_length() - 1), dtype=np.int64)
+        else:
+            ids = np.arange(len(data), dtype=np.intp) // block
+            h = np.bincount(ids * KEYS + keys, minlength=(int(ids[-1]) + 1) * KEYS)
+        out.append(h.reshape(-1, KEYS))
+    return np.concatenate(out)
+
+
+def _xlogx(c: np.ndarray) -> np.ndarray:
+    c = c.astype(np.float64)
+    return c * np.log2(np.where(c > 0, c, 1))
+
+
+def _bits(counts: np.ndarray) -> np.ndarray:
+    """Bits to code each row of key counts with an order-0 model per lane
+    (sum over lanes of n log n - sum c log c)."""
+    lanes = counts.reshape(*counts.shape[:-1], LANES, 256)
+    return _xlogx(lanes.sum(axis=-1)).sum(axis=-1) - _xlogx(counts).sum(axis=-1)
+
+
+def change_points(hist: np.ndarray, min_blocks: int = CHANGE_MIN_BLOCKS,
+                  gain_bits: float = CHANGE_GAIN_BITS) -> list[int]:
+    """Block numbers (sorted) where to cut a run of block histograms:
+    binary segmentation, each cut the one that saves the most order-0
+    entropy in its piece, while one saves at least `gain_bits`."""
+    prefix = np.concatenate([np.zeros((1, hist.shape[1]), np.int64), np.cumsum(hist, axis=0)])
+
+    def gains(a: int, b: int, ks: np.ndarray) -> np.ndarray:
+        return _bits(prefix[b] - prefix[a]) - _bits(prefix[ks] - prefix[a]) - _bits(prefix[b] - prefix[ks])
+
+    cuts, todo = [], [(0, len(hist))]
+    while todo:
+        a, b = todo.pop()
+        if b - a < 2 * min_blocks:
+            continue
+        # Every CHANGE_PROBES-th candidate first, then every one near the best of them.
+        lo, hi = a + min_blocks, b - min_blocks
+        step = max(1, (hi - lo) // CHANGE_PROBES)
+        ks = np.arange(lo, hi + 1, step)
+        best = int(ks[np.argmax(gains(a, b, ks))])
+        ks = np.arange(max(lo, best - step), min(hi, best + step) + 1)
+        g = gains(a, b, ks)
+        if g.max() >= gain_bits:
+            k = int(ks[np.argmax(g)])
+            cuts.append(k)
+            todo += [(a, k), (k, b)]
+    return sorted(cuts)
+
+
+def _moved(keys: np.ndarray, counts: np.ndarray, into: int) -> np.ndarray:
+    """How sum(c log c) over `counts` changes as keys[:j] move in (into=1)
+    or out (into=-1), for j = 0..len(keys): each key changes one count by
+    one, from its count before plus or minus its rank among equal keys."""
+    order = np.argsort(keys, kind="stable")
+    first = np.searchsorted(keys[order], np.arange(len(counts)))
+    rank = np.empty(len(keys), np.int64)
+    rank[order] = np.arange(len(keys)) - first[keys[order]]
+    c = counts[keys] + into * rank
+    return np.concatenate([[0.0], np.cumsum(_xlogx(c + into) - _xlogx(c))])
+
+
+def _refine(seg: Segment, read, hist: np.ndarray, block: int, cuts: list[int]) -> list[int]:
+    """Each cut (a block number) moved to the byte, within the blocks on
+    either side of it, that splits the bytes between its neighbouring cuts
+    at the least cost (_bits). Returns offsets in the segment."""
+    prefix = np.concatenate([np.zeros((1, KEYS), np.int64), np.cumsum(hist, axis=0)])
+    bounds = [0] + cuts + [len(hist)]
+    out = []
+    for i, k in enumerate(cuts):
+        a, b = bounds[i], bounds[i + 2]
+        lo, hi = (k - 1) * block, min((k + 1) * block, seg.length)
+        keys = _keys(np.frombuffer(read(seg.offset + lo, hi - lo), dtype=np.uint8), _phase0(seg) + lo).astype(np.intp)
+        left = prefix[k - 1] - prefix[a]  # counts left of the window
+        right = prefix[b] - prefix[k - 1]  # the window's and after
+        lanes = keys >> 8
+        nl, nr = left.reshape(LANES, 256).sum(axis=1), right.reshape(LANES, 256).sum(axis=1)
+        # The cut at lo + j: x[:j] moved from the right to the left.
+        cost = (_xlogx(nl).sum() + _moved(lanes, nl, 1) - _xlogx(left).sum() - _moved(keys, left, 1)
+                + _xlogx(nr).sum() + _moved(lanes, nr, -1) - _xlogx(right).sum() - _moved(keys, right, -1))
+        out.append(lo + int(np.argmin(cost)))
+    return out
+
+
+def changes(seg: Segment, read) -> list[Segment]:
+    """A byte segment cut where its byte statistics change (each piece as
+    the segment, but for its place); itself alone where they do not.
+    `read(offset in the file, n)`."""
+    block = CHANGE_BLOCK
+    while seg.length > block * CHANGE_BLOCKS:
+        block *= 2
+    if seg.length < 2 * CHANGE_MIN_BLOCKS * block:
+        return [seg]
+    hist = _block_histograms(seg, read, block)
+    cuts = change_points(hist)
+    if not cuts:
+        return [seg]
+    # On a multiple of 8 (from _phase0): where a format aligns its arrays,
+    # that is where they start (a cut a few bytes off costs nothing).
+    at = [(_phase0(seg) + a + 4) // 8 * 8 - _phase0(seg) for a in _refine(seg, read, hist, block, cuts)]
+    at = sorted({0, seg.length} | {a for a in at if 0 < a < seg.length})
+    return [replace(seg, offset=seg.offset + a, length=b - a) for a, b in zip(at, at[1:]) if b > a]
+
+
+def _lane_counts(x: np.ndarray, start: int, period: int) -> np.ndarray:
+    """Counts of each byte value at each offset mod `period` (x[0] at `start`): (period, 256)."""
+    lanes = (np.arange(start, start + len(x)) % period) * 256
+    return np.bincount(lanes + x, minlength=period * 256).reshape(period, 256)
+
+
+def _field_bits(counts: np.ndarray, fields) -> np.ndarray:
+    """For each r, the bits of the bytes counted (lane counts of blocks of
+    len(counts) bytes) with blocks starting at offset r mod the block size
+    and one model per field: a field of 1-byte items pools its lanes, a
+    wider one keeps a model per byte of its items."""
+    period = len(counts)
+    doubled = np.concatenate([counts, counts])
+    prefix = np.concatenate([np.zeros((1, 256), np.int64), np.cumsum(doubled, axis=0)])
+    r = np.arange(period)
+    bits, at = np.zeros(period), 0
+    for count, width in fields:
+        if width == 1:
+            pooled = [prefix[r + at + count] - prefix[r + at]]
+        else:  # byte b of every item: lanes at + b, at + b + width, ...
+            pooled = [doubled[r[:, None] + at + b + width * np.arange(count)].sum(axis=1) for b in range(width)]
+        for c in pooled:
+            bits += _xlogx(c.sum(axis=1)) - _xlogx(c).sum(axis=1)
+        at += count * width
+    return bits
+
+
+def _lanes_bits(x: np.ndarray, start: int) -> float:
+    counts = _lane_counts(x, start, LANES)
+    return float((_xlogx(counts.sum(axis=1)) - _xlogx(counts).sum(axis=1)).sum())
+
+
+def block_layout(x: np.ndarray, start: int = 0):
+    """(block bytes, fields) of the block layout that codes the sample (x[0]
+    at offset `start`) RECORD_GAIN better than plain lanes; None if none does."""
+    base, best = _lanes_bits(x, start), None
+    for period, fields in sorted(LAYOUTS.items()):
+        if len(x) < 64 * period:
+            continue
+        bits = float(_field_bits(_lane_counts(x, start, period), fields).min())
+        if best is None or bits < best[0]:
+            best = (bits, period, fields)
+    if best is None or best[0] > base * (1 - RECORD_GAIN):
+        return None
+    return best[1], best[2]
+
+
+def _phase_of(x: np.ndarray, start: int, period: int, fields) -> int:
+    """Where blocks start (offset mod period) in x, or -1 where blocks of
+    this layout do not fit it better than plain lanes."""
+    bits = _field_bits(_lane_counts(x, start, period), fields)
+    r = int(np.argmin(bits))
+    return r if bits[r] < _lanes_bits(x, start) * (1 - RECORD_GAIN) else -1
+
+
+def blocks(seg: Segment, read) -> list[Segment]:
+    """A byte segment as runs of whole blocks of a known layout (segments
+    of records) and the bytes around them; itself alone where it is short
+    or no layout fits. Offsets count from _phase0."""
+    if seg.length < RECORD_MIN_BYTES:
+        return [seg]
+    origin = _phase0(seg)
+    mid = max(0, seg.length // 2 - RECORD_SAMPLE // 2)
+    found = block_layout(np.frombuffer(read(seg.offset + mid, min(RECORD_SAMPLE, seg.length - mid)), np.uint8),
+                         origin + mid)
+    if found is None:
+        return [seg]
+    period, fields = found
+    phases, at = [], 0  # the phase of each PHASE_BLOCK bytes
+    for at in range(0, seg.length, READ_BYTES):
+        data = np.frombuffer(read(seg.offset + at, min(READ_BYTES, seg.length - at)), np.uint8)
+        phases += [_phase_of(data[i:i + PHASE_BLOCK], origin + at + i, period, fields)
+                   for i in range(0, len(data), PHASE_BLOCK)]
+    for i in range(1, len(phases) - 1):  # one block off between two that agree: noise
+        if phases[i - 1] == phases[i + 1] != phases[i]:
+            phases[i] = phases[i - 1]
+    cuts, run_phases = [0], [phases[0]]  # where each run of one phase starts, and its phase
+    for i in range(1, len(phases)):
+        if phases[i] != phases[i - 1]:
+            cut = _fine_cut(seg, read, origin, (i - 1) * PHASE_BLOCK, phases[i - 1], phases[i], period, fields)
+            cuts.append(max(cut, cuts[-1]))
+            run_phases.append(phases[i])
+    cuts.append(seg.length)
+    out: list[Segment] = []
+    for a, b, phase in zip(cuts, cuts[1:], run_phases):
+        first = a + (phase - origin - a) % period if phase >= 0 else b
+        whole = (b - first) // period * period if first < b else 0
+        if not whole:
+            out.append(replace(seg, offset=seg.offset + a, length=b - a))
+            continue
+        if first > a:
+            out.append(replace(seg, offset=seg.offset + a, length=first - a, region=None))
+        out.append(replace(seg, offset=seg.offset + first, length=whole, records=fields))
+        if first + whole < b:
+            out.append(replace(seg, offset=seg.offset + first + whole, length=b - first - whole, region=None))
+    return [s for s in out if s.length]
+
+
+def _fine_cut(seg: Segment, read, origin: int, lo: int, left: int, right: int, period: int, fields) -> int:
+    """Where, in the two PHASE_BLOCKs from `lo`, blocks of phase `left` give
+    way to `right` (either may be -1: none), to PHASE_FINE bytes."""
+    data = np.frombuffer(read(seg.offset + lo, min(2 * PHASE_BLOCK, seg.length - lo)), np.uint8)
+    pieces = [data[i:i + PHASE_FINE] for i in range(0, len(data), PHASE_FINE)]
+
+    def cost(x, at, phase):
+        if phase < 0:
+            return _lanes_bits(x, at)
+        return float(_field_bits(_lane_counts(x, at, period), fields)[phase])
+
+    costs_left = [cost(x, origin + lo + i * PHASE_FINE, left) for i, x in enumerate(pieces)]
+    costs_right = [cost(x, origin + lo + i * PHASE_FINE, right) for i, x in enumerate(pieces)]
+    totals = [sum(costs_left[:k]) + sum(costs_right[k:]) for k in range(1, len(pieces))]
+    return lo + (1 + int(np.argmin(totals))) * PHASE_FINE

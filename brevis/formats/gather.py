@@ -21,11 +21,11 @@ NAME = "__gathered__"
 
 
 def gather(segments: list[Segment]) -> list[Segment]:
-    """The same tiling with the small byte spans (no records, at most
-    GATHER_SPAN) gathered, in file order, into segments of at most
+    """The same tiling with the small byte spans (no records, no repeated
+    region, at most GATHER_SPAN) gathered, in file order, into segments of at most
     GATHER_BYTES placed after the others; unchanged where fewer than two."""
     small = [s for s in segments if s.dtype is None and s.records is None and s.ranges is None
-             and 0 < s.length <= GATHER_SPAN]
+             and s.region is None and 0 < s.length <= GATHER_SPAN]  # a repeat's copy is stored once, alone
     if len(small) < 2:
         return segments
     groups: list[list[Segment]] = [[]]

@@ -21,12 +21,12 @@ from typing import Callable
 import numpy as np
 
 from ..archive.schema import SearchKind
-from ..dsl import Ans, Lzma, Raw, Zstd
+from ..dsl import Ans, BytePlanes, Lzma, Raw, Zstd
 from ..dsl.delta import ZigZag
 from ..dsl.interpreter import encode, estimate
 from ..dsl.reference import SubBase, XorBase
 from ..dsl.program import Program
-from ..dsl.types import Field, Tensor
+from ..dsl.types import BYTES, Field, Tensor
 from ..errors import InvalidArgument, NotApplicable, ProgramError
 from .prior import Prior
 from .proposals import WORD_VIEWS, Value, halves
@@ -58,6 +58,11 @@ WHOLE_TRIAL_PROGRAMS = tuple(Program.leaf(z) for z in (Zstd.entropy(), Zstd.at_l
 # sample may have missed them).
 WORD_TRIALS = (Program.op(WORD_VIEWS[0], TINY_ANS),
                Program.op(WORD_VIEWS[1], Program.op(halves(32), TINY_ANS, TINY_ANS)))
+# ... and where discovery asks whether LZMA wins on a span whole, the byte
+# planes of 4- and 2-byte words too: floats' exponents and mantissas apart,
+# which the search finds on the pieces.
+PLANE_TRIALS = (Program.op(WORD_VIEWS[1], Program.op(BytePlanes(), *[TINY_ANS] * 4)),
+                Program.op(WORD_VIEWS[0], Program.op(BytePlanes(), TINY_ANS, TINY_ANS)))
 WHOLE_TRIAL_LEAST = (0, 0, 16 << 10, 64 << 10)  # bytes a span needs for each
 WHOLE_TRIAL_MOST = (1 << 62, 1 << 62, 1 << 62, WHOLE_TRIAL_BYTES)  # level 19 only where it codes all of a span
 # ... and, in files no parser knows, LZMA: with xz's literal context, the
@@ -122,6 +127,7 @@ class SegmentInfo:
     records: tuple[tuple[int, int], ...] | None = None  # field layout of fixed-size records
     reference: Callable[[int, int], bytes] | None = None  # the base tensor's bytes, like `read`
     parsed: bool = False  # its file's format was parsed (a byte span is then a header or framing)
+    lzma: bool = True  # False: discovery measured LZMA losing on the span this piece was cut from
 
     @property
     def role(self) -> str:
@@ -276,7 +282,7 @@ class Planner:
         if plan.program is None or plan.stats.get("search") in (SearchKind.TINY, SearchKind.NONE) or seg.records:
             return plan
         if not isinstance(seg.t, Tensor):
-            return _measured(seg, plan.program, plan.stats, lzma=not seg.parsed)
+            return _measured(seg, plan.program, plan.stats, lzma=seg.lzma and not seg.parsed)
         estimate = plan.estimate
         if seg.length <= WHOLE_TRIAL_BYTES and estimate is not None and seg.reference is None:
             # A tensor's long-range repeats (a basis of sines, tiled rows)
@@ -416,17 +422,57 @@ def _measured(seg: SegmentInfo, found: Program, stats: dict, lzma: bool = True) 
     return Plan(best, dict(stats, estimate=estimate), estimate)
 
 
+def lzma_wins(read: Callable[[int, int], bytes], pieces: list[tuple[int, int]]) -> bool:
+    """Whether a byte span is better coded whole by LZMA (the best of its
+    literal contexts) than cut into `pieces` ((offset, length) in the span, where
+    its statistics change) each coded by the best fast coder: measured on
+    LZMA_PROBES * 4 probes of up to LZMA_PROBE_BYTES / 4 at even places,
+    each inside one piece, LZMA running over all of them as over the span
+    (on all of a short span).
+    Discovery asks before cutting a span: LZMA's adaptive model follows
+    changes of statistics by itself, and pieces would shorten its window."""
+    length = pieces[-1][0] + pieces[-1][1]
+    count, width = 4 * LZMA_PROBES, LZMA_PROBE_BYTES // 4
+    probes, k = [], 0
+    if length <= count * width:  # all of it
+        probes = [np.frombuffer(read(at, n), np.uint8) for at, n in pieces]
+        count = 0
+    for i in range(count):
+        centre = length * (2 * i + 1) // (2 * count)
+        while pieces[k][0] + pieces[k][1] <= centre:
+            k += 1
+        at, n = pieces[k]
+        lo = max(at, min(centre - width // 2, at + n - width))
+        probes.append(np.frombuffer(read(lo, min(width, n)), np.uint8))
+    fast = 0
+    for x in probes:
+        sizes = []
+        for p in (WHOLE_TRIAL_PROGRAMS[0], WHOLE_TRIAL_PROGRAMS[1], TINY_ANS) + WORD_TRIALS + PLANE_TRIALS:
+            try:
+                sizes.append(sum(len(b) for b in encode(p, x, BYTES)))
+            except (NotApplicable, ProgramError):
+                continue
+        fast += min(sizes)
+    x = np.concatenate(probes)
+    slow = min(sum(len(b) for b in encode(p, x, BYTES)) for p in LZMA_TRIALS)
+    return slow < fast * (1 - LZMA_MARGIN)
+
+
+def _probes(length: int, read: Callable[[int, int], bytes]) -> list[np.ndarray]:
+    """LZMA_PROBES slices of LZMA_PROBE_BYTES from a span's start to its end (all of a short one)."""
+    if length <= LZMA_PROBES * LZMA_PROBE_BYTES:
+        return [np.frombuffer(read(0, length), np.uint8)]
+    room = length - LZMA_PROBE_BYTES
+    return [np.frombuffer(read(room * i // (LZMA_PROBES - 1) // 8 * 8, LZMA_PROBE_BYTES), np.uint8)
+            for i in range(LZMA_PROBES)]
+
+
 def _lzma_trial(seg: SegmentInfo, pieces: list[np.ndarray]) -> tuple[Program, int]:
     """The LZMA trial whose literal context codes probes spread from the
     span's start to its end smallest (a file's statistics change along it:
     its first arrays may be floats, the rest quantized bytes), and its bytes
     on the measurement's pieces."""
-    if seg.length <= WHOLE_TRIAL_BYTES:
-        probes = pieces  # the whole span
-    else:
-        room = seg.length - LZMA_PROBE_BYTES
-        probes = [np.frombuffer(seg.read(room * i // (LZMA_PROBES - 1) // 8 * 8, LZMA_PROBE_BYTES), np.uint8)
-                  for i in range(LZMA_PROBES)]
+    probes = pieces if seg.length <= WHOLE_TRIAL_BYTES else _probes(seg.length, seg.read)  # all of a short span
     size, choice = min((sum(len(b) for x in probes for b in encode(p, x, seg.t)), i) for i, p in enumerate(LZMA_TRIALS))
     if probes is not pieces:
         size = sum(len(b) for x in pieces for b in encode(LZMA_TRIALS[choice], x, seg.t))
