@@ -34,12 +34,37 @@ try:
 except ImportError:  # an unbuilt tree: the numpy equivalent below
     _chunking = None
 
-MIN_SPAN = 64 << 10  # shorter byte spans are not searched
-MIN_REPEAT = 16 << 10  # shorter regions are not cut out: a segment's index entry and a coder's restart cost more
+MIN_SPAN = 4 << 10  # shorter byte spans are not searched
 WINDOW = 8  # bytes hashed to place a cut
-ANCHOR_BITS = 12  # a cut about every 4 KiB past the shortest piece
-MIN_PIECE = 1 << 10
-MAX_PIECE = 32 << 10  # also the most a region is widened by, at each end
+# Pieces are as short as the input allows, up to about PIECES of them in
+# all (the search's time and memory go with their number): 4 KiB on a
+# gigabyte, 64 bytes on a small checkpoint, whose repeats (biases and norms
+# saved twice) are a few hundred bytes long.
+PIECES = 1 << 18
+PIECE_BITS = (6, 12)  # log2 of the mean piece's bytes, at least and at most
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The pieces' sizes for an input: anchors about every 2**bits bytes."""
+
+    bits: int
+
+    @classmethod
+    def of(cls, total: int) -> "Scale":
+        return cls(min(PIECE_BITS[1], max(PIECE_BITS[0], (total // PIECES).bit_length() - 1)))
+
+    @property
+    def min_piece(self) -> int:
+        return 1 << self.bits - 2
+
+    @property
+    def max_piece(self) -> int:  # also the most a region is widened by, at each end
+        return 8 << self.bits
+
+    @property
+    def min_repeat(self) -> int:  # shorter regions are not cut out: their index entries cost more
+        return 4 << self.bits
 BLOCK = 16 << 20  # bytes read at a time
 NAME = "__repeat__"
 _K1 = np.uint64(0x9E3779B97F4A7C15)
@@ -56,15 +81,15 @@ class Span:
     read: Reader
 
 
-def anchors(data: np.ndarray) -> np.ndarray:
+def anchors(data: np.ndarray, bits: int) -> np.ndarray:
     """Where pieces may end: the offsets i + 8 (sorted) of the 8-byte
-    windows data[i:i+8] whose hash has its top ANCHOR_BITS bits clear."""
+    windows data[i:i+8] whose hash has its top `bits` bits clear."""
     if _chunking is not None:
-        return np.frombuffer(_chunking.anchors(data, ANCHOR_BITS), dtype=np.int64)
-    return _anchors_numpy(data)
+        return np.frombuffer(_chunking.anchors(data, bits), dtype=np.int64)
+    return _anchors_numpy(data, bits)
 
 
-def _anchors_numpy(data: np.ndarray) -> np.ndarray:
+def _anchors_numpy(data: np.ndarray, bits: int) -> np.ndarray:
     last = len(data) - WINDOW  # the last window's start
     if last < 0:
         return np.zeros(0, np.int64)
@@ -76,22 +101,22 @@ def _anchors_numpy(data: np.ndarray) -> np.ndarray:
         w = words[:-1] if k == 0 else (words[:-1] >> np.uint64(8 * k)) | (words[1:] << np.uint64(64 - 8 * k))
         h = w ^ (w >> np.uint64(29))
         h *= _K1
-        at = np.flatnonzero(h >> np.uint64(64 - ANCHOR_BITS) == 0) * WINDOW + k
+        at = np.flatnonzero(h >> np.uint64(64 - bits) == 0) * WINDOW + k
         found.append(at[at <= last] + WINDOW)
     return np.sort(np.concatenate(found))
 
 
-def _cuts(ends: np.ndarray, start: int, stop: int, final: bool) -> list[int]:
-    """Piece ends after `start`: the first anchor end at least MIN_PIECE on,
-    else MAX_PIECE on; up to `stop` (where the data ends; the piece there
-    counts only if `final`)."""
-    out, pos = [], start
+def _cuts(ends: np.ndarray, start: int, stop: int, final: bool, scale: Scale) -> list[int]:
+    """Piece ends after `start`: the first anchor end at least the shortest
+    piece on, else the longest piece on; up to `stop` (where the data ends;
+    the piece there counts only if `final`)."""
+    out, pos, least, most = [], start, scale.min_piece, scale.max_piece
     while True:
-        j = int(np.searchsorted(ends, pos + MIN_PIECE))
-        if j < len(ends) and ends[j] <= pos + MAX_PIECE:
+        j = int(np.searchsorted(ends, pos + least))
+        if j < len(ends) and ends[j] <= pos + most:
             pos = int(ends[j])
-        elif pos + MAX_PIECE <= stop:
-            pos += MAX_PIECE
+        elif pos + most <= stop:
+            pos += most
         else:
             if final and pos < stop:
                 out.append(stop)
@@ -99,7 +124,7 @@ def _cuts(ends: np.ndarray, start: int, stop: int, final: bool) -> list[int]:
         out.append(pos)
 
 
-def pieces(span: Span) -> tuple[np.ndarray, np.ndarray]:
+def pieces(span: Span, scale: Scale) -> tuple[np.ndarray, np.ndarray]:
     """The span's content-defined pieces: their ends (offsets in the span)
     and keys (64 bits of their BLAKE3 digest)."""
     seg = span.segment
@@ -111,7 +136,7 @@ def pieces(span: Span) -> tuple[np.ndarray, np.ndarray]:
         block = span.read(seg.offset + at, min(BLOCK, seg.length - at))
         data = np.frombuffer(carry + block, dtype=np.uint8)
         final = at + len(block) >= seg.length
-        e = np.asarray(_cuts(anchors(data), 0, len(data), final), dtype=np.int64)
+        e = np.asarray(_cuts(anchors(data, scale.bits), 0, len(data), final, scale), dtype=np.int64)
         if len(e):
             s = np.concatenate(([0], e[:-1]))
             keys_out.append(np.array([int.from_bytes(blake3(data[i:j]).digest(8), "little") for i, j in zip(s, e)],
@@ -138,8 +163,9 @@ def regions(spans: list[Span]) -> list[list[Copy]]:
     """The repeated regions of the spans: for each, its copies (two or
     more, apart, all of the same bytes by the pieces' keys), widened."""
     ends, keys, owner = [], [], []
+    scale = Scale.of(sum(sp.segment.length for sp in spans))
     for i, sp in enumerate(spans):
-        e, k = pieces(sp)
+        e, k = pieces(sp, scale)
         ends.append(e)
         keys.append(k)
         owner.append(np.full(len(e), i))
@@ -181,11 +207,11 @@ def regions(spans: list[Span]) -> list[list[Copy]]:
         j = i
         while link[j]:
             j += 1
-        if end[j] - start[i] >= MIN_REPEAT:
+        if end[j] - start[i] >= scale.min_repeat:
             runs.setdefault(int(ids[i]), []).append(Copy(int(span[i]), int(start[i]), int(end[j])))
         i = j + 1
     found = [copies for copies in runs.values() if len(copies) >= 2]
-    _widen(found, spans)
+    _widen(found, spans, scale.max_piece)
     return found
 
 
@@ -198,7 +224,7 @@ def _constant_per_key(ids: np.ndarray, values: np.ndarray, n: int) -> np.ndarray
     return lo == hi
 
 
-def _widen(found: list[list[Copy]], spans: list[Span]) -> None:
+def _widen(found: list[list[Copy]], spans: list[Span], most: int) -> None:
     """Widen every region at both ends by the bytes all its copies share
     there (a repeat rarely starts on a cut), never into another copy."""
     by_span: dict[int, list[Copy]] = {}
@@ -211,7 +237,7 @@ def _widen(found: list[list[Copy]], spans: list[Span]) -> None:
         for a, b in zip([None] + cs, cs):
             room_before[id(b)] = b.start - (a.end if a else 0)
     for copies in found:
-        n = min(MAX_PIECE, *(room_before[id(c)] for c in copies))
+        n = min(most, *(room_before[id(c)] for c in copies))
         if n:
             tails = [_bytes(spans[c.span], c.start - n, n)[::-1] for c in copies]
             k = _common_prefix(tails)
@@ -221,7 +247,7 @@ def _widen(found: list[list[Copy]], spans: list[Span]) -> None:
         for a, b in zip(cs, cs[1:] + [None]):
             room_after[id(a)] = (b.start if b else spans[s].segment.length) - a.end
     for copies in found:
-        n = min(MAX_PIECE, *(room_after[id(c)] for c in copies))
+        n = min(most, *(room_after[id(c)] for c in copies))
         if n:
             heads = [_bytes(spans[c.span], c.end, n) for c in copies]
             k = _common_prefix(heads)

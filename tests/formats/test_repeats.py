@@ -23,7 +23,8 @@ def spans_of(*blobs: bytes) -> list[repeats.Span]:
 
 def test_pieces_follow_the_content_not_the_offset():
     body = noise(300_000)
-    a, b = repeats.pieces(spans_of(body)[0]), repeats.pieces(spans_of(noise(12_345) + body)[0])
+    scale = repeats.Scale(12)
+    a, b = repeats.pieces(spans_of(body)[0], scale), repeats.pieces(spans_of(noise(12_345) + body)[0], scale)
     shared = set(a[1].tolist()) & set(b[1].tolist())
     assert len(shared) >= len(a[1]) - 2  # all but the pieces at the start (before the cuts agree)
 
@@ -50,8 +51,29 @@ def test_copies_in_one_span_and_three_copies():
 def test_periodic_data_and_short_repeats_are_left_alone():
     zeros = bytes(1 << 20)
     pattern = bytes(range(256)) * 4096
-    short = noise(repeats.MIN_REPEAT // 2)
+    short = noise(repeats.Scale.of(2 << 20).min_repeat // 2)
     assert repeats.regions(spans_of(zeros, pattern, noise(1000) + short + noise(1000), short)) == []
+
+
+@pytest.mark.parametrize("total,bits", [(0, 6), (1 << 20, 6), (100 << 20, 8), (1 << 30, 12), (1 << 40, 12)])
+def test_pieces_are_as_short_as_the_input_allows(total, bits):
+    scale = repeats.Scale.of(total)
+    assert scale.bits == bits and scale.min_piece < 1 << bits < scale.max_piece and scale.min_repeat == 4 << bits
+
+
+def test_the_small_tensors_two_files_share(tmp_path):
+    """A small checkpoint saved twice in two formats no parser knows:
+    biases and norms of a few hundred bytes, once each."""
+    arrays = [floats(int(n)) for n in RNG.integers(64, 400, 60)]
+    a, b = tmp_path / "a.bin", tmp_path / "b.bin"
+    a.write_bytes(b"".join(x + noise(int(RNG.integers(4, 40))) for x in arrays))
+    b.write_bytes(b"".join(noise(int(RNG.integers(100, 3000))) + x for x in arrays[::-1]))
+    out = tmp_path / "x.brv"
+    brevis.compress([a, b], out)
+    assert brevis.verify(out, sources=[a, b])["ok"]
+    with ArchiveReader(out) as r:
+        copies = [s for f in r.index.files for s in f.segments if s.name == repeats.NAME]
+    assert len(copies) >= 60
 
 
 def test_cut_tiles_each_span():

@@ -13,12 +13,14 @@ pytestmark = pytest.mark.skipif(repeats._chunking is None, reason="the C extensi
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 15, 16, 17, 4095, 65536, 100003])
 def test_anchors_are_numpys(n):
     data = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
-    assert np.array_equal(repeats.anchors(data), repeats._anchors_numpy(data))
+    for bits in (6, 12):
+        assert np.array_equal(repeats.anchors(data, bits), repeats._anchors_numpy(data, bits))
 
 
 def test_anchors_of_structured_data_are_numpys():
     data = np.frombuffer((np.arange(1 << 16, dtype=np.float32) * 0.01).tobytes(), np.uint8)
-    assert np.array_equal(repeats.anchors(data), repeats._anchors_numpy(data))
+    for bits in (6, 12):
+        assert np.array_equal(repeats.anchors(data, bits), repeats._anchors_numpy(data, bits))
 
 
 def test_bad_arguments_are_refused():
