@@ -157,8 +157,10 @@ def discover(scanned: list[ScannedFile]) -> None:
                 segments.append(seg)
                 continue
             read = spans[k].read
+            blocks = not whole.get(k) and discovery.holds_blocks(seg, read)
             for piece in replaced.get(k, [seg]):
-                cut = discovery.split(piece, read, words=False) if whole.get(k) else _cut(piece, read)
+                cut = discovery.split(piece, read, words=False) if whole.get(k) else \
+                    _cut(piece, read, blocks or piece.region is not None)  # copies alike, wherever they lie
                 for j, part in enumerate(cut):
                     if part.region is not None:
                         part = replace(part, region=numbers.setdefault((part.region, j), len(numbers)))
@@ -168,12 +170,13 @@ def discover(scanned: list[ScannedFile]) -> None:
         f.segments = gather(segments)
 
 
-def _cut(piece: Segment, read) -> list[Segment]:
+def _cut(piece: Segment, read, blocks: bool) -> list[Segment]:
     """A piece of bytes cut where its statistics change, into runs of whole
-    quantized blocks, and at its words' phase (formats/discovery.py)."""
+    quantized blocks (where `blocks`), and at its words' phase
+    (formats/discovery.py)."""
     out = []
     for part in discovery.changes(piece, read):
-        for run in discovery.blocks(part, read):
+        for run in discovery.blocks(part, read) if blocks else [part]:
             out += [run] if run.records else discovery.split(run, read)
     return out
 
