@@ -2,7 +2,8 @@
 
 1. Scan (plan.scan): every source file is cut into segments (formats/);
    only headers are read. plan.discover then reads the long byte spans
-   and cuts them: copies of long repeats, changes of statistics. plan.lay_out makes the plan's skeleton: files ->
+   and cuts them: copies of long repeats, changes of statistics, runs of
+   quantized blocks. plan.lay_out makes the plan's skeleton: files ->
    segments -> chunk references, in archive order.
 2. Learn: the planner learns the production prior on a stratified sample
    of the segments (unless a prior was given).

@@ -136,12 +136,13 @@ def discover(scanned: list[ScannedFile]) -> None:
     if not spans:
         return
     whole = {}  # span -> whether LZMA codes it whole better than its pieces (files no parser knows)
+    changed = {}  # span -> its pieces where its statistics change, where measured for that
     for k, sp in enumerate(spans):
         if scanned[sp.file].format == "bytes":
             at = sp.segment.offset
-            parts = discovery.changes(sp.segment, sp.read)
+            changed[k] = discovery.changes(sp.segment, sp.read)
             whole[k] = lzma_wins(lambda off, n, sp=sp, at=at: sp.read(at + off, n),
-                                 [(p.offset - at, p.length) for p in parts])
+                                 [(p.offset - at, p.length) for p in changed[k]])
     found = [copies for copies in repeats.regions(spans) if not _within_reach(copies, whole)]
     replaced = repeats.cut(spans, found)
     numbers: dict[tuple[int, int], int] = {}  # (region, piece of it) -> the piece's region
@@ -160,7 +161,8 @@ def discover(scanned: list[ScannedFile]) -> None:
             blocks = not whole.get(k) and discovery.holds_blocks(seg, read)
             for piece in replaced.get(k, [seg]):
                 cut = discovery.split(piece, read, words=False) if whole.get(k) else \
-                    _cut(piece, read, blocks or piece.region is not None)  # copies alike, wherever they lie
+                    _cut(piece, read, blocks or piece.region is not None,  # copies alike, wherever they lie
+                         changed.get(k) if piece is seg else None)
                 for j, part in enumerate(cut):
                     if part.region is not None:
                         part = replace(part, region=numbers.setdefault((part.region, j), len(numbers)))
@@ -170,12 +172,12 @@ def discover(scanned: list[ScannedFile]) -> None:
         f.segments = gather(segments)
 
 
-def _cut(piece: Segment, read, blocks: bool) -> list[Segment]:
-    """A piece of bytes cut where its statistics change, into runs of whole
-    quantized blocks (where `blocks`), and at its words' phase
-    (formats/discovery.py)."""
+def _cut(piece: Segment, read, blocks: bool, changed: list[Segment] | None = None) -> list[Segment]:
+    """A piece of bytes cut where its statistics change (`changed`, where
+    already measured), into runs of whole quantized blocks (where
+    `blocks`), and at its words' phase (formats/discovery.py)."""
     out = []
-    for part in discovery.changes(piece, read):
+    for part in changed or discovery.changes(piece, read):
         for run in discovery.blocks(part, read) if blocks else [part]:
             out += [run] if run.records else discovery.split(run, read)
     return out

@@ -150,11 +150,14 @@ def _xlogx(c: np.ndarray) -> np.ndarray:
     return c * np.log2(np.where(c > 0, c, 1))
 
 
+def _row_bits(counts: np.ndarray) -> np.ndarray:
+    """Order-0 bits of each row of counts (n log n - sum c log c, along the last axis)."""
+    return _xlogx(counts.sum(axis=-1)) - _xlogx(counts).sum(axis=-1)
+
+
 def _bits(counts: np.ndarray) -> np.ndarray:
-    """Bits to code each row of key counts with an order-0 model per lane
-    (sum over lanes of n log n - sum c log c)."""
-    lanes = counts.reshape(*counts.shape[:-1], LANES, 256)
-    return _xlogx(lanes.sum(axis=-1)).sum(axis=-1) - _xlogx(counts).sum(axis=-1)
+    """Bits to code each row of key counts with an order-0 model per lane."""
+    return _row_bits(counts.reshape(*counts.shape[:-1], LANES, 256)).sum(axis=-1)
 
 
 def change_points(hist: np.ndarray, min_blocks: int = CHANGE_MIN_BLOCKS,
@@ -283,14 +286,14 @@ def _field_bits(counts: np.ndarray, fields, rotations: np.ndarray | None = None)
         else:  # byte b of every item: lanes at + b, at + b + width, ...
             pooled = [doubled[r[:, None] + at + b + width * np.arange(count)].sum(axis=1) for b in range(width)]
         for c in pooled:
-            bits += _xlogx(c.sum(axis=1)) - _xlogx(c).sum(axis=1)
+            bits += _row_bits(c)
         at += count * width
     return bits
 
 
 def _lanes_bits(x: np.ndarray, start: int) -> float:
-    counts = _lane_counts(x, start, LANES)
-    return float((_xlogx(counts.sum(axis=1)) - _xlogx(counts).sum(axis=1)).sum())
+    """The bytes' order-0 bits with a model per lane (offset mod LANES), as _bits counts them."""
+    return float(_row_bits(_lane_counts(x, start, LANES)).sum())
 
 
 def block_layout(x: np.ndarray, start: int = 0):
@@ -350,7 +353,7 @@ def blocks(seg: Segment, read) -> list[Segment]:
     if found is None:
         return [seg]
     period, fields = found
-    phases, at = [], 0  # the phase of each PHASE_BLOCK bytes
+    phases: list[int] = []  # the phase of each PHASE_BLOCK bytes
     for at in range(0, seg.length, READ_BYTES):
         data = np.frombuffer(read(seg.offset + at, min(READ_BYTES, seg.length - at)), np.uint8)
         for i in range(0, len(data), PHASE_BLOCK):

@@ -42,6 +42,9 @@ WINDOW = 8  # bytes hashed to place a cut
 # saved twice) are a few hundred bytes long.
 PIECES = 1 << 18
 PIECE_BITS = (6, 12)  # log2 of the mean piece's bytes, at least and at most
+BLOCK = 16 << 20  # bytes read at a time
+NAME = "__repeat__"
+_K1 = np.uint64(0x9E3779B97F4A7C15)
 
 
 @dataclass(frozen=True)
@@ -65,9 +68,8 @@ class Scale:
     @property
     def min_repeat(self) -> int:  # shorter regions are not cut out: their index entries cost more
         return 4 << self.bits
-BLOCK = 16 << 20  # bytes read at a time
-NAME = "__repeat__"
-_K1 = np.uint64(0x9E3779B97F4A7C15)
+
+
 
 Reader = Callable[[int, int], bytes]  # (offset in the file, length) -> bytes
 
@@ -154,6 +156,8 @@ def pieces(span: Span, scale: Scale) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass
 class Copy:
+    """One copy of a repeated region: [start, end) of a span."""
+
     span: int  # index into the spans
     start: int  # in the span
     end: int

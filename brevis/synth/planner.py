@@ -407,11 +407,8 @@ def _measured(seg: SegmentInfo, found: Program, stats: dict, lzma: bool = True) 
     trials = [p for p, least, most in zip(WHOLE_TRIAL_PROGRAMS, WHOLE_TRIAL_LEAST, WHOLE_TRIAL_MOST)
               if least <= seg.length <= most] + list(WORD_TRIALS)
     for program in [found] + trials:
-        try:
-            size = sum(len(b) for x in pieces for b in encode(program, x, seg.t))
-        except (NotApplicable, ProgramError):
-            continue
-        if best_size is None or size < best_size:
+        size = _coded(program, pieces, seg.t)
+        if size is not None and (best_size is None or size < best_size):
             best, best_size = program, size
     estimate = None if best_size is None else best_size * scale
     if lzma:
@@ -444,18 +441,18 @@ def lzma_wins(read: Callable[[int, int], bytes], pieces: list[tuple[int, int]]) 
         at, n = pieces[k]
         lo = max(at, min(centre - width // 2, at + n - width))
         probes.append(np.frombuffer(read(lo, min(width, n)), np.uint8))
-    fast = 0
-    for x in probes:
-        sizes = []
-        for p in (WHOLE_TRIAL_PROGRAMS[0], WHOLE_TRIAL_PROGRAMS[1], TINY_ANS) + WORD_TRIALS + PLANE_TRIALS:
-            try:
-                sizes.append(sum(len(b) for b in encode(p, x, BYTES)))
-            except (NotApplicable, ProgramError):
-                continue
-        fast += min(sizes)
-    x = np.concatenate(probes)
-    slow = min(sum(len(b) for b in encode(p, x, BYTES)) for p in LZMA_TRIALS)
+    fast_coders = (WHOLE_TRIAL_PROGRAMS[0], WHOLE_TRIAL_PROGRAMS[1], TINY_ANS) + WORD_TRIALS + PLANE_TRIALS
+    fast = sum(min(n for n in (_coded(p, [x], BYTES) for p in fast_coders) if n is not None) for x in probes)
+    slow = min(_coded(p, [np.concatenate(probes)], BYTES) for p in LZMA_TRIALS)
     return slow < fast * (1 - LZMA_MARGIN)
+
+
+def _coded(program: Program, pieces: list[np.ndarray], t: Field) -> int | None:
+    """The bytes `program` codes the pieces (each on its own) to; None where it does not apply."""
+    try:
+        return sum(len(b) for x in pieces for b in encode(program, x, t))
+    except (NotApplicable, ProgramError):
+        return None
 
 
 def _probes(length: int, read: Callable[[int, int], bytes]) -> list[np.ndarray]:
@@ -473,9 +470,9 @@ def _lzma_trial(seg: SegmentInfo, pieces: list[np.ndarray]) -> tuple[Program, in
     its first arrays may be floats, the rest quantized bytes), and its bytes
     on the measurement's pieces."""
     probes = pieces if seg.length <= WHOLE_TRIAL_BYTES else _probes(seg.length, seg.read)  # all of a short span
-    size, choice = min((sum(len(b) for x in probes for b in encode(p, x, seg.t)), i) for i, p in enumerate(LZMA_TRIALS))
+    size, choice = min((_coded(p, probes, seg.t), i) for i, p in enumerate(LZMA_TRIALS))
     if probes is not pieces:
-        size = sum(len(b) for x in pieces for b in encode(LZMA_TRIALS[choice], x, seg.t))
+        size = _coded(LZMA_TRIALS[choice], pieces, seg.t)
     return LZMA_TRIALS[choice], size
 
 
