@@ -11,6 +11,7 @@ folder unless --force is given (only ever for a version not yet released).
     python scripts/make_golden.py --version v2
     python scripts/make_golden.py --version v4     # wide `ans` blocks
     python scripts/make_golden.py --version v5     # the `lzma` leaf
+    python scripts/make_golden.py --version v6     # the `view` operator
     python scripts/make_golden.py --productions   # tests/golden/v1/productions/<id>.json
 
 The source folder is deterministic: a safetensors file with one tensor per
@@ -153,6 +154,28 @@ def build_source_lzma(root: Path) -> None:
     write_safetensors(root / "model.safetensors", {"layer.weight": ("BF16", [64, 96], bf16(w.ravel()).tobytes())},
                       {"format": "pt", "golden": "v5"})
     (root / "config.json").write_text(json.dumps({"hidden_size": 96, "torch_dtype": "bfloat16"}, indent=2) + "\n")
+    for d in EMPTY_DIRS:
+        (root / d).mkdir(parents=True, exist_ok=True)
+
+
+def build_source_view(root: Path) -> None:
+    """Version 6 (the `view` operator): a file in a made-up format no
+    parser knows whose F32 weights (dequantized int8: a few mantissas per
+    exponent) lie between names, on 8-byte words, which the search reads
+    as typed tensors; beside it a safetensors file, a config.json and the
+    empty folders."""
+    rng = np.random.default_rng(20261204)
+    parts = [b"MADEUP6\x00"]
+    for i, n in enumerate((4096, 2048, 1024)):
+        name = f"layer{i}.weight".encode().ljust(24, b"\x00")
+        k = np.clip(np.round(rng.laplace(0, 12, n)), -127, 127)
+        w = bits_of((k * (0.05 / 127)).astype(np.float32))
+        parts += [name, n.to_bytes(8, "little"), w.tobytes()]
+    (root / "weights.madeup").write_bytes(b"".join(parts))
+    w = (rng.standard_normal((32, 64)) * 0.02).astype(np.float32)
+    write_safetensors(root / "model.safetensors", {"layer.weight": ("BF16", [32, 64], bf16(w.ravel()).tobytes())},
+                      {"format": "pt", "golden": "v6"})
+    (root / "config.json").write_text(json.dumps({"hidden_size": 64, "torch_dtype": "bfloat16"}, indent=2) + "\n")
     for d in EMPTY_DIRS:
         (root / d).mkdir(parents=True, exist_ok=True)
 
@@ -441,6 +464,21 @@ def cases_records(rng):
     ]
 
 
+def cases_view(rng):
+    w = weights(rng, 150)
+    dead = bits_of(w) & np.uint32(0xFFFFFFFE)  # a dead low mantissa bit, as in a PyTorch zip read as bytes
+    return [
+        case("f32 weights in bytes no parser typed: exponent apart, a dead low bit dropped", Field(8),
+             node("view", node("float_fields", node("ans"), node("low_zero_bits", node("ans"), shift=1),
+                               grouping="e|sm"), dtype="F32"), np.frombuffer(dead.tobytes(), np.uint8)),
+        case("bf16 weights in bytes", Field(8), node("view", node("ans"), dtype="BF16"),
+             np.frombuffer(bf16(w).tobytes(), np.uint8)),
+        case("f64 values in a U8 tensor", T("U8"), node("view", raw(), dtype="F64"),
+             np.frombuffer(w[:12].astype(np.float64).tobytes(), np.uint8)),
+        case("empty", Field(8), node("view", node("ans"), dtype="F16"), np.zeros(0, np.uint8)),
+    ]
+
+
 def cases_row_dedup(rng):
     rows = f16(weights(rng, 8 * 16)).reshape(8, 16)
     rows[0] = 0  # a padding row
@@ -540,7 +578,7 @@ PRODUCTION_CASES = {
     "pack_bits": cases_pack_bits, "partition": cases_partition, "rank": cases_rank,
     "byte_planes": cases_byte_planes, "records": cases_records, "row_dedup": cases_row_dedup,
     "sparse": cases_sparse, "delta": cases_delta, "xor_delta": cases_xor_delta, "zigzag": cases_zigzag,
-    "transpose": cases_transpose, "xor_base": cases_xor_base, "sub_base": cases_sub_base,
+    "transpose": cases_transpose, "xor_base": cases_xor_base, "sub_base": cases_sub_base, "view": cases_view,
 }
 
 
@@ -619,7 +657,7 @@ def main() -> None:
     source = out / "source"
     source.mkdir(parents=True)
     number = int(args.version.lstrip("v") or 1)
-    (build_source_lzma if number >= 5 else build_source_wide if number >= 4 else
+    (build_source_view if number >= 6 else build_source_lzma if number >= 5 else build_source_wide if number >= 4 else
      build_source_gathered if number >= 3 else build_source)(source)
     # Small chunks, so that tensors span several; from v4 on 128 KiB, so that a
     # chunk holds a wide block (2**16 values or more).

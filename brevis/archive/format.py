@@ -23,7 +23,7 @@ from ..errors import FormatError, TruncatedError, UnsupportedVersion
 
 MAGIC = b"\x89BRV\r\n\x1a\n"
 END_MAGIC = b"BRVINDEX"
-VERSION = 5  # the newest version this Brevis reads and writes
+VERSION = 6  # the newest version this Brevis reads and writes
 # Version 2 is version 1 with symbolic links in the index (`links`): written
 # only for an archive that holds links, so that a reader that knows version
 # 1 alone refuses it ("upgrade Brevis") rather than dropping its links.
@@ -34,9 +34,11 @@ VERSION = 5  # the newest version this Brevis reads and writes
 # (`ranges`). Version 4 is version 3 whose `ans` streams may have wide
 # blocks (32 rANS states, decoded eight at a time with AVX2: 1.6-2.5x faster).
 # Version 5 is version 4 whose programs may end in the `lzma` leaf, and
-# whose index digest covers the header as well. Every
-# archive is written as version 5; a reader of versions 1 to 4 refuses it
-# ("upgrade Brevis") rather than failing on a program it does not know.
+# whose index digest covers the header as well. Version 6 is version 5
+# whose programs may read bytes as a typed tensor (the `view` operator:
+# numbers discovery finds in bytes no parser typed). Every archive is
+# written as version 6; a reader of versions 1 to 5 refuses it ("upgrade
+# Brevis") rather than failing on a program it does not know.
 BLAKE3_VERSION = GATHER_VERSION = 3
 HEADER_DIGEST_VERSION = 5  # the footer's digest covers the header too
 DIGEST_BYTES = 16  # of a chunk's digest

@@ -1,6 +1,6 @@
 """The typed DSL: value types, operators, coders, programs, interpreter."""
 
-from . import coders, constant, delta, entropy, fields, planes, records, reference, regions, symbols  # noqa: F401
+from . import coders, constant, delta, entropy, fields, planes, records, reference, regions, symbols, views  # noqa: F401
 from .coders import Lzma, Raw, Zstd
 from .entropy import Ans
 from .constant import Constant
@@ -15,10 +15,11 @@ from .regions import Affine, RowDedup, Sparse
 from .symbols import Partition, Rank
 from .program import Program
 from .types import Field, Tensor, tensor
+from .views import View
 
 __all__ = [
     "Ans", "Affine", "Delta", "Records", "SubBase", "XorBase", "Partition", "Rank", "RowDedup", "Sparse", "Transpose", "XorDelta", "ZigZag",
     "REGISTRY", "BitFields", "BytePlanes", "Constant", "Field",
     "FloatFields", "LowZeroBits", "Lzma", "PackBits", "Program", "Raw",
-    "Tensor", "Zstd", "decode", "encode", "tensor",
+    "Tensor", "View", "Zstd", "decode", "encode", "tensor",
 ]

@@ -104,6 +104,10 @@ class Operator(Production):
     signed_children: ClassVar[bool] = False
     # ... they are frequency ranks already: ranking them again cannot pay.
     ranked_children: ClassVar[bool] = False
+    # ... its one child is a typed tensor read out of bytes: what is tried
+    # at a segment's root (ranks and sparsity of wide values, deltas of
+    # floats) is tried on it.
+    typed_children: ClassVar[bool] = False
 
     def output_types(self, t: Field) -> list[Field]:
         """Types of the children for input type t; ProgramError if t is not accepted."""

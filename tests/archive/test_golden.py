@@ -127,3 +127,13 @@ def test_v5_holds_an_lzma_stream():
         segments = {(f.path, s.name): s for f in reader.index.files for s in f.segments}
         (span,) = [s for (path, _), s in segments.items() if path == "weights.madeup"]
         assert [p.to_json() for p in span.programs] == [["lzma", {"preset": 6, "lc": 2, "lp": 2, "pb": 2}]]
+
+
+def test_v6_holds_a_view():
+    """What v6 was made to contain: the bytes of a format no parser knows
+    read as an F32 tensor (the `view` operator) by the program stored."""
+    with ArchiveReader(GOLDEN / "v6" / "archive.brv") as reader:
+        assert reader.version == 6
+        (span,) = [s for f in reader.index.files if f.path == "weights.madeup" for s in f.segments]
+        assert {p.to_json()[0] for p in span.programs} == {"view"}
+        assert all(p.to_json()[1] == {"dtype": "F32"} for p in span.programs)

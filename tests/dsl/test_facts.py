@@ -17,7 +17,8 @@ from brevis.dsl.types import Tensor
 from brevis.errors import FormatError, NotApplicable, ProgramError
 from test_roundtrip import ALL_TYPES, CASES, bulk
 
-FACTS = ("uses_reference", "keeps_order", "splits_records", "delta_children", "signed_children", "ranked_children")
+FACTS = ("uses_reference", "keeps_order", "splits_records", "delta_children", "signed_children", "ranked_children",
+         "typed_children")
 OPERATORS = sorted(i for i, c in REGISTRY.items() if issubclass(c, Operator))
 
 

@@ -24,7 +24,7 @@ from hypothesis.extra import numpy as hnp
 
 from brevis.dsl import (REGISTRY, Ans, SubBase, XorBase, Affine, BitFields, BytePlanes, Constant, Delta, FloatFields, LowZeroBits,
                         Lzma, PackBits, Partition, Program, Rank, Raw, Records, RowDedup, Sparse, Transpose, XorDelta,
-                        ZigZag, Zstd, encode)
+                        View, ZigZag, Zstd, encode)
 from brevis.dsl.operator import Coder
 from brevis.dsl.types import Field, Tensor, tensor
 from brevis.dtypes import DTYPES
@@ -376,6 +376,22 @@ def records_case(fields: list[list[int]]) -> Case:
                 admit=lambda x, t: x[: len(x) - len(x) % size], refuse=refuse)
 
 
+def view_case(dtype: str, child: Callable[[Field], Program]) -> Case:
+    size = DTYPES[dtype].itemsize
+
+    def build(t):
+        if t.bits != 8:
+            return None
+        op = View(dtype=dtype)
+        return Program.op(op, child(op.output_types(t)[0]))
+
+    def refuse(x, t):
+        return None if size == 1 else np.concatenate([x, np.zeros(1, t.container)])
+
+    return Case(f"view({dtype})", build, accepts=lambda x, t: len(x) % size == 0,
+                admit=lambda x, t: x[: len(x) - len(x) % size], refuse=refuse)
+
+
 # ---- against a base tensor (the round trip passes a reference)
 def reference_case(cls) -> Case:
     def build(t):
@@ -448,6 +464,11 @@ CASES: dict[str, list[Case]] = {
     "xor_base": [reference_case(XorBase)],
     "sub_base": [reference_case(SubBase)],
     "records": [records_case(f) for f in ([[1, 1]], [[1, 2], [32, 1]], [[2, 4], [1, 8], [3, 1]], [[1, 2], [1, 1]])],
+    "view": [view_case("F32", lambda ct: leaves_for(FloatFields(grouping="e|sm"), ct, 1)),
+             view_case("BF16", lambda ct: planes_or_leaf(ct, 2)),
+             view_case("F64", lambda ct: Program.op(halves64(), leaf(1), leaf(3))),
+             view_case("I8", lambda ct: leaf(2)),
+             view_case("F16", lambda ct: Program.leaf(Ans()))],
     "byte_planes": [
         Case("byte_planes", lambda t: leaves_for(BytePlanes(), t)),
         Case("byte_planes>byte_planes",
@@ -455,6 +476,10 @@ CASES: dict[str, list[Case]] = {
                                                   for i, _ in enumerate(BytePlanes().output_types(t))))),
     ],
 }
+
+
+def halves64() -> BitFields:
+    return BitFields(groups=[[[32, 32]], [[0, 32]]])
 
 
 def applicable(prod: str, t: Field) -> list[Case]:

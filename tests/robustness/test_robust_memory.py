@@ -79,6 +79,7 @@ CASES = {
     "partition": (BYTES, n8, lambda n: (np.arange(n) % 256).astype(np.uint8),
                   {"context": [[4, 4]], "rest": [[0, 4]], "classes": [[0, 1], [2, 3], [4, 5]]}),
     "records": (BYTES, n8 // 34 * 34, lambda n: (np.arange(n) % 251).astype(np.uint8), {"fields": [[1, 2], [32, 1]]}),
+    "view": (BYTES, n8, lambda n: (np.arange(n) % 256).astype(np.uint8), {"dtype": "F32"}),
     "xor_base": (t_of("F16"), n8 // 2, lambda n: (np.arange(n) % 65536).astype(np.uint16), {}),
     "sub_base": (t_of("F16"), n8 // 2, lambda n: (np.arange(n) % 65536).astype(np.uint16), {}),
     "raw": (BYTES, n8, lambda n: (np.arange(n) % 256).astype(np.uint8), {}),
