@@ -34,9 +34,9 @@ from ..dsl.types import BYTES, Field, tensor
 from ..errors import InvalidArgument, IOFailure
 from ..archive.index import pieces
 from ..formats import Segment, discovery, layout, repeats
-from ..formats.gather import gather
+from ..formats.gather import GATHER_SPAN, gather
 from ..fs.sources import Source, check_identity, read_exactly
-from ..synth.planner import LZMA_CHUNK_BYTES, Plan, Planner, SegmentInfo, lzma_wins
+from ..synth.planner import LZMA_CHUNK_BYTES, TINY, Plan, Planner, SegmentInfo, lzma_wins
 from ..synth.prior import Prior
 from ..synth.search import SearchResult
 from ..workers.pool import Pool, chunk_counts, ordered_map, ordered_pairs
@@ -127,7 +127,8 @@ def discover(scanned: list[ScannedFile]) -> None:
       its window the repeats within reach (LZMA_CHUNK_BYTES), which are
       then left in place; pieces of a span LZMA lost on do not try it;
     - the other pieces are cut at their words' phase, and the short ones
-      gathered again (formats/gather.py).
+      gathered again (formats/gather.py), each with those that read alike
+      (discovery.kinds): a piece cut for its statistics keeps them.
 
     A later copy of a repeat is cut as the first (the same bytes), and its
     pieces numbered alike."""
@@ -160,16 +161,20 @@ def discover(scanned: list[ScannedFile]) -> None:
             read = spans[k].read
             blocks = not whole.get(k) and discovery.holds_blocks(seg, read)
             for piece in replaced.get(k, [seg]):
-                cut = discovery.split(piece, read, words=False) if whole.get(k) else \
-                    _cut(piece, read, blocks or piece.region is not None,  # copies alike, wherever they lie
-                         changed.get(k) if piece is seg else None)
+                if whole.get(k) and piece.region is None:
+                    cut = discovery.split(piece, read, words=False)
+                else:  # a copy is cut alike wherever it lies, LZMA's span or not: its pieces are stored once
+                    cut = _cut(piece, read, blocks or piece.region is not None, changed.get(k) if piece is seg else None)
                 for j, part in enumerate(cut):
                     if part.region is not None:
                         part = replace(part, region=numbers.setdefault((part.region, j), len(numbers)))
                     if whole.get(k) is False:
                         part = replace(part, lzma=False)
                     segments.append(part)
-        f.segments = gather(segments)
+        small = [s for s in segments if s.dtype is None and s.records is None and s.region is None
+                 and TINY < s.length <= GATHER_SPAN]
+        labels = {id(s): k for s, k in zip(small, discovery.kinds(small, _read_once(f)))}
+        f.segments = gather(segments, lambda s: labels.get(id(s), -1))  # -1: the short ones, together
 
 
 def _cut(piece: Segment, read, blocks: bool, changed: list[Segment] | None = None) -> list[Segment]:

@@ -1,14 +1,14 @@
 """Cutting a file no parser knows, from its bytes alone.
 
 Numbers stored by an unknown format are words of 2, 4 or 8 bytes from
-some offset on; the search reads an opaque span as 2- and 4-byte words
-(see synth/proposals.py, WORD_VIEWS), which only works where the words
-start at the span's start. Here a sample of the file tells the offset:
-at the right phase, one byte of every word (a float's exponent, an
-integer's high byte) is far more predictable than at the others. The
-file is then cut into the bytes before that phase and the rest, so that
-the rest starts on a word. A wrong guess only costs ratio: the cut is
-just two byte segments.
+some offset on; the search reads an opaque span as typed floats of each
+width (the `view` operator) and as 2-byte words (see synth/proposals.py),
+which only works where the words start at the span's start. Here a
+sample of the file tells the offset: the bytes of one word depend on each
+other (a float's sign, exponent and top mantissa bits), the last byte of
+a word and the first of the next hardly (see phase). The file is then cut
+into the bytes before that phase and the rest, so that the rest starts on
+a word. A wrong guess only costs ratio: the cut is just two byte segments.
 """
 
 from __future__ import annotations
@@ -33,12 +33,14 @@ STRIDES = (4, 2)
 MIN_GAIN = 0.01  # of the sample's bits: a phase must win by this much to cut
 CHANGE_BLOCK = 1 << 12  # bytes per histogram (more in long spans: at most CHANGE_BLOCKS of them)
 CHANGE_BLOCKS = 1 << 12
+CHANGE_BLOCK_LEAST, CHANGE_SHORT_BLOCKS = 1 << 10, 32  # ... fewer bytes where a span holds fewer blocks than this
 LANES = 4  # a byte's statistics are counted by its offset mod 4: the planes of 4-byte words, or a phase's shift
 KEYS = LANES * 256
 CHANGE_MIN_BLOCKS = 4  # the shortest piece, in blocks
 CHANGE_PROBES = 256  # candidate cuts measured at first in a piece
 REFINE_STEP = 1 << 10  # a cut is placed to this many bytes from counts, then to the byte
 CHANGE_GAIN_BITS = 8192  # a cut must save this much order-0 entropy: a segment's entry and a coder's model
+KIND_GAIN_BITS = 2048  # pieces are gathered where that costs less than this (kinds)
 READ_BYTES = 16 << 20
 RECORD_MIN_BYTES = 1 << 18  # shorter spans are not searched for blocks
 RECORD_SAMPLE = 1 << 18
@@ -53,31 +55,52 @@ for _fields in BLOCK_FIELDS.values():
 
 def _pair_bits(sample: np.ndarray, stride: int, at: int) -> float:
     """Order-0 entropy, in bits, of the little-endian 16-bit pairs that
-    start `at` bytes into every `stride`-byte step of the sample."""
+    start `at` bytes into every `stride`-byte step of the sample (the last
+    byte of a step pairs with the first of the next)."""
     n = (len(sample) - at - 2) // stride
     pairs = sample[at: at + n * stride].reshape(n, stride)[:, :2] if stride > 2 else \
         sample[at: at + n * 2].reshape(n, 2)
     values = pairs[:, 0].astype(np.intp) | pairs[:, 1].astype(np.intp) << 8
-    counts = np.bincount(values, minlength=1 << 16).astype(np.float64)
+    return _symbol_bits(values, 1 << 16)
+
+
+def _symbol_bits(values: np.ndarray, alphabet: int) -> float:
+    counts = np.bincount(values, minlength=alphabet).astype(np.float64)
     counts = counts[counts > 0]
-    return (n * np.log2(n) - (counts * np.log2(counts)).sum()) / n
+    n = counts.sum()
+    return float(n * np.log2(n) - (counts * np.log2(counts)).sum()) / n
+
+
+def _linked_bits(sample: np.ndarray, stride: int) -> np.ndarray:
+    """For each lane a of a `stride`-byte step: the bits of information
+    a byte in lane a and the next byte share (their mutual information)."""
+    n = len(sample) // stride
+    lanes = [_symbol_bits(sample[a: n * stride: stride].astype(np.intp), 256) for a in range(stride)]
+    return np.array([lanes[a] + lanes[(a + 1) % stride] - _pair_bits(sample, stride, a) for a in range(stride)])
 
 
 def phase(sample: np.ndarray) -> int:
-    """The offset (mod the word size) at which the sample's bytes read best
-    as words; 0 where no offset wins clearly. Order-0 statistics of each
-    byte plane do not change with the phase (the same planes, rotated);
-    the joint statistics of a word's top two bytes do: at the right phase
-    they are a float's sign, exponent and top mantissa bits together (or
-    an integer's high bytes), at a wrong one two unrelated bytes."""
-    best_phase, best_bits = 0, None
-    for stride in STRIDES:
-        top = stride - 2  # the top two bytes of a little-endian word
-        bits = [_pair_bits(sample, stride, p + top) for p in range(stride)]
-        p = int(np.argmin(bits))
-        if p and bits[0] - bits[p] > MIN_GAIN * 16 and (best_bits is None or bits[p] < best_bits):
-            best_phase, best_bits = p, bits[p]
-    return best_phase
+    """The offset (mod the word size) at which the sample's words start; 0
+    where no offset is clear. The bytes of one word depend on each other
+    (a float's sign, exponent and top mantissa bits; an integer's high
+    bytes), the last byte of a word and the first of the next hardly: a
+    word starts after the pair of neighbouring bytes that share the least.
+    (The entropy of each byte lane does not tell: a shift only rotates the
+    lanes; nor does that of a word's top two bytes alone: where the low
+    byte of a float has few values, the top byte and the next word's low
+    byte read as a likely pair.) One such pair in every 4 bytes: 4-byte
+    words; two, of one parity: 2-byte words."""
+    if len(sample) < 64:
+        return 0
+    gap = MIN_GAIN * 16
+    shared = _linked_bits(sample, 4)
+    order = np.argsort(shared, kind="stable")
+    least = int(order[0])
+    if shared[order[1]] - shared[least] > gap:
+        return (least + 1) % 4
+    if (order[1] - least) % 2 == 0 and shared[order[2]] - shared[order[1]] > gap:
+        return (least + 1) % 2
+    return 0
 
 
 def cut(f: BinaryIO, size: int) -> list[Segment]:
@@ -158,6 +181,29 @@ def _row_bits(counts: np.ndarray) -> np.ndarray:
 def _bits(counts: np.ndarray) -> np.ndarray:
     """Bits to code each row of key counts with an order-0 model per lane."""
     return _row_bits(counts.reshape(*counts.shape[:-1], LANES, 256)).sum(axis=-1)
+
+
+def kinds(pieces: list[Segment], read) -> list[int]:
+    """A label per piece, so that the pieces of one label read alike: their
+    bytes' statistics in each lane (as `changes` counts them) are such that
+    coded as one segment they cost about what they cost apart. Greedy, in
+    order: a piece joins the kind whose merged counts grow least, where by
+    less than KIND_GAIN_BITS (about what a segment of its own costs: an
+    index entry and a coder's model), else starts a kind. Lanes count
+    from each piece's start (a piece starts on its words' phase)."""
+    sums: list[np.ndarray] = []
+    labels = []
+    for p in pieces:
+        h = np.bincount(_keys(np.frombuffer(read(p.offset, p.length), np.uint8), 0), minlength=KEYS)
+        grown = [_bits(s + h) - _bits(s) - _bits(h) for s in sums]
+        k = int(np.argmin(grown)) if grown else -1
+        if k < 0 or grown[k] >= KIND_GAIN_BITS:
+            sums.append(h.astype(np.int64))
+            k = len(sums) - 1
+        else:
+            sums[k] += h
+        labels.append(k)
+    return labels
 
 
 def change_points(hist: np.ndarray, min_blocks: int = CHANGE_MIN_BLOCKS,
@@ -244,6 +290,8 @@ def changes(seg: Segment, read) -> list[Segment]:
     block = CHANGE_BLOCK
     while seg.length > block * CHANGE_BLOCKS:
         block *= 2
+    while block > CHANGE_BLOCK_LEAST and seg.length < block * CHANGE_SHORT_BLOCKS:
+        block //= 2  # a short span (a small file's header and first tensors): finer blocks
     if seg.length < 2 * CHANGE_MIN_BLOCKS * block:
         return [seg]
     hist = _block_histograms(seg, read, block)

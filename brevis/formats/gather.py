@@ -20,19 +20,25 @@ GATHER_BYTES = 1 << 20  # the most a gathered segment holds (about a chunk)
 NAME = "__gathered__"
 
 
-def gather(segments: list[Segment]) -> list[Segment]:
+def gather(segments: list[Segment], kind=None) -> list[Segment]:
     """The same tiling with the small byte spans (no records, no repeated
     region, at most GATHER_SPAN) gathered, in file order, into segments of at most
-    GATHER_BYTES placed after the others; unchanged where fewer than two."""
+    GATHER_BYTES placed after the others; unchanged where fewer than two.
+    `kind(span)`: spans of one kind only are gathered together (None: all
+    one kind)."""
     small = [s for s in segments if s.dtype is None and s.records is None and s.ranges is None
              and s.region is None and 0 < s.length <= GATHER_SPAN]  # a repeat's copy is stored once, alone
     if len(small) < 2:
         return segments
-    groups: list[list[Segment]] = [[]]
+    groups: list[list[Segment]] = []
+    last: dict = {}  # kind -> its open group
     for s in small:
-        if groups[-1] and sum(g.length for g in groups[-1]) + s.length > GATHER_BYTES:
-            groups.append([])
-        groups[-1].append(s)
+        k = kind(s) if kind is not None else None
+        g = last.get(k)
+        if g is None or sum(x.length for x in g) + s.length > GATHER_BYTES:
+            g = last[k] = []
+            groups.append(g)
+        g.append(s)
     gathered = {id(s) for g in groups if len(g) > 1 for s in g}
     rest = [s for s in segments if id(s) not in gathered]
     return rest + [Segment(g[0].offset, sum(s.length for s in g), NAME, ranges=tuple((s.offset, s.length) for s in g))

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from ..archive.schema import SearchKind
-from ..dsl import Ans, BytePlanes, Lzma, Raw, Zstd
+from ..dsl import Ans, BytePlanes, FloatFields, LowZeroBits, Lzma, Partition, Raw, Records, View, Zstd
 from ..dsl.delta import ZigZag
 from ..dsl.interpreter import encode, estimate
 from ..dsl.reference import SubBase, XorBase
@@ -29,7 +29,7 @@ from ..dsl.program import Program
 from ..dsl.types import BYTES, Field, Tensor
 from ..errors import InvalidArgument, NotApplicable, ProgramError
 from .prior import Prior
-from .proposals import WORD_VIEWS, Value, halves
+from .proposals import WORD_VIEWS, Value, _float_partition, halves
 from .roles import leaf_name, role_of, shape_class
 from .search import STREAM_INDEX_BYTES, Budget, SearchResult, search
 
@@ -58,6 +58,13 @@ WHOLE_TRIAL_PROGRAMS = tuple(Program.leaf(z) for z in (Zstd.entropy(), Zstd.at_l
 # sample may have missed them).
 WORD_TRIALS = (Program.op(WORD_VIEWS[0], TINY_ANS),
                Program.op(WORD_VIEWS[1], Program.op(halves(32), TINY_ANS, TINY_ANS)))
+# ... and as F32, its exponent apart (what a float tensor's search finds
+# first; a shortcut on bytes must do as well).
+FLOAT_TRIAL = Program.op(View(dtype="F32"), Program.op(FloatFields(grouping="e|sm"), TINY_ANS, TINY_ANS))
+# A short byte span of a file no parser knows is coded with the best of
+# these, measured on all of it (from this long: shorter, no model pays).
+TINY_WORDS = (TINY_PROGRAM, Program.op(View(dtype="F32"), TINY_ANS), WORD_TRIALS[0])
+TINY_WORDS_LEAST = 256
 # ... and where discovery asks whether LZMA wins on a span whole, the byte
 # planes of 4- and 2-byte words too: floats' exponents and mantissas apart,
 # which the search finds on the pieces.
@@ -83,6 +90,7 @@ LZMA_MARGIN = 0.005
 LZMA_CHUNK_BYTES = 8 << 20
 REUSE_TOLERANCE = 1.02  # a sibling's program is kept if within 2 % of its cost on the sibling
 BYTES_PER_EXPANSION = 1024  # small segments get small search budgets
+BYTES_LEARN_FACTOR = 4  # ... and byte spans a wider one when the prior is learned on them
 ENTROPY_SLACK = 1.05  # ... and within 5 % of this segment's own order-0 entropy estimate
 LIBRARY_TRIALS = 8  # learned programs tried on a segment before searching
 ENTROPY_FLOOR = 64  # bytes added to entropy estimates: a constant tensor's is 0
@@ -174,15 +182,17 @@ def sample(seg: SegmentInfo, e: Effort, read=None) -> list[np.ndarray]:
     itemsize = seg.t.container.itemsize
     elements = seg.length // itemsize
     per = max(1, e.slice_bytes // itemsize)
-    if seg.row and seg.row <= per:
-        per = per // seg.row * seg.row
+    # Whole rows; and a byte span's slices start on whole 8-byte words, as
+    # its chunks do (discovery cut it at its words' phase): read as words,
+    # a slice one byte off would show the search numbers that are not there.
+    step = seg.row if seg.row and seg.row <= per else 8 if itemsize == 1 and per >= 8 else 1
+    per = per // step * step
     if elements <= per * e.slices:
         starts, per = [0], elements
     else:
         k = e.slices
         starts = [(elements - per) * i // (k - 1) for i in range(k)] if k > 1 else [(elements - per) // 2]
-        if seg.row and seg.row <= per:
-            starts = [s // seg.row * seg.row for s in starts]
+        starts = [s // step * step for s in starts]
     return [np.frombuffer(read(s * itemsize, per * itemsize), dtype=seg.t.container) for s in starts]
 
 
@@ -191,10 +201,17 @@ def _tiny_plan(seg: SegmentInfo) -> Plan:
     # (its raw guard). A small tensor (a norm's weights) may still have
     # 16-bit values of 10 bits of entropy, which zstd does not see and
     # `ans` does: one trial encoding of each on the whole segment.
+    # So may a short byte span no parser typed (a norm's weights discovery
+    # cut out as a repeat): `ans` on its words, read as F32 or 2-byte words.
     if isinstance(seg.t, Tensor) and seg.t.bits <= 32 and seg.length:
         x = np.frombuffer(seg.read(0, seg.length), dtype=seg.t.container)
         if len(TINY_ANS.node.encode(x, seg.t)) < len(TINY_PROGRAM.node.encode(x, seg.t)):
             return Plan(TINY_ANS, {"search": SearchKind.TINY})
+    elif not isinstance(seg.t, Tensor) and not seg.parsed and not seg.records and seg.length >= TINY_WORDS_LEAST:
+        x = [np.frombuffer(seg.read(0, seg.length), dtype=np.uint8)]
+        sizes = [(n, i) for i, p in enumerate(TINY_WORDS) if (n := _coded(p, x, seg.t)) is not None]
+        best, i = min(sizes)
+        return Plan(TINY_WORDS[i], {"search": SearchKind.TINY})
     return Plan(TINY_PROGRAM, {"search": SearchKind.TINY})
 
 
@@ -225,7 +242,14 @@ class Planner:
     def learn_one(self, seg: SegmentInfo) -> tuple[SearchResult, float | None]:
         """Wide search with a uniform prior on one representative tensor:
         its result, and the winner's estimate relative to the entropy."""
-        expansions = min(self.effort.learn_expansions, max(64, 4 * seg.length // BYTES_PER_EXPANSION))
+        most = self.effort.learn_expansions
+        if not isinstance(seg.t, Tensor) and not seg.records:
+            # Bytes: the search first finds what they are (floats of which
+            # width, words), then their structure, and every byte span is
+            # searched with what this prior learns (none takes a learned
+            # program), so its few searches here go further.
+            most *= BYTES_LEARN_FACTOR
+        expansions = min(most, max(64, 4 * seg.length // BYTES_PER_EXPANSION))
         budget = Budget(expansions, self.effort.seconds)
         root, scale = self.root(seg)
         result = search(root, Prior(), seg.role, scale, seg.chunks, budget)
@@ -307,7 +331,12 @@ class Planner:
             reused = self._try_reuse(family, trial, seg, trial_scale)
             if reused is not None:
                 return reused
-        learned = None if seg.reference is not None else self._try_library(trial, seg, trial_scale)
+        # Bytes no parser typed are searched, never given a learned
+        # program: what a program gains on them depends on what discovery
+        # found in them (floats, their phase, dead bits), which differs
+        # from span to span more than from tensor to tensor.
+        shortcut = seg.reference is None and (isinstance(seg.t, Tensor) or seg.parsed or seg.records is not None)
+        learned = self._try_library(trial, seg, trial_scale) if shortcut else None
         if learned is not None:
             return learned
         # What a search can win is proportional to the bytes at stake.
@@ -331,14 +360,14 @@ class Planner:
         to the entropy as where it was learned: a trial encoding or a few
         instead of a search."""
         library = sorted(self.prior.library(seg.t), key=lambda p: p.role != seg.role)
+        if seg.records:  # blocks take programs learned on blocks of their layout, not on other bytes
+            layout = Records(fields=[list(f) for f in seg.records])
+            library = [p for p in library if p.program.node == layout]
         for learned in library[:LIBRARY_TRIALS]:
             relative = _relative(learned.program, root, seg, scale)
             if relative is not None and relative <= learned.relative * REUSE_TOLERANCE:
-                estimate = relative * _entropy(root, scale)
-                if learned.program not in _plain_programs(seg.t) and estimate > _plain(root, seg, scale):
-                    return None  # structure the learned program misses: search
-                return Plan(learned.program, {"search": SearchKind.LEARNED, "estimate": round(estimate)},
-                            round(estimate))
+                return _checked(learned.program, relative * _entropy(root, scale), root, seg, scale,
+                                SearchKind.LEARNED)
         return None
 
     def _try_reuse(self, family: _Family, root: Value, seg: SegmentInfo, scale: float) -> Plan | None:
@@ -351,18 +380,79 @@ class Planner:
         # or upcast tensor in a family of dense ones): its entropy tells.
         if estimate > root.entropy_bytes * scale * ENTROPY_SLACK + 64:
             return None
-        if family.program not in _plain_programs(seg.t) and estimate > _plain(root, seg, scale):
-            return None
-        return Plan(family.program, {"search": SearchKind.FAMILY, "estimate": round(estimate)}, round(estimate))
+        return _checked(family.program, estimate, root, seg, scale, SearchKind.FAMILY)
+
+
+def _checked(program: Program, estimate: float, root: Value, seg: SegmentInfo, scale: float,
+             kind: SearchKind) -> Plan | None:
+    """A shortcut's program (a learned or a sibling's), taken only where
+    the structure detectors find nothing it misses (else None: search):
+    it must do as well as the fixed programs (_plain), drop dead low bits
+    (_misses_dead_bits) and split floats by this segment's exponents
+    (_other_exponents)."""
+    if program not in _plain_programs(seg.t) and estimate > _plain(root, seg, scale):
+        return None
+    if _misses_dead_bits(program, root):
+        return None
+    if _other_exponents(program, root, seg):
+        return None
+    return Plan(program, {"search": kind, "estimate": round(estimate)}, round(estimate))
 
 
 def _plain_programs(t: Field) -> list[Program]:
     """Fixed programs every tensor is measured against: `ans` on the whole
-    value, and on its halves for 32- and 64-bit values."""
+    value, and on its halves for 32- and 64-bit values; and every byte
+    span: `ans` on its 2-byte words and on the halves of its 4-byte ones
+    (WORD_TRIALS: numbers in bytes no parser typed)."""
+    if not isinstance(t, Tensor):
+        return list(WORD_TRIALS) + [FLOAT_TRIAL] if t.bits == 8 else []
     out = [TINY_ANS] if t.bits <= 32 else []
     if t.bits in (32, 64):
         out.append(Program.op(halves(t.bits), TINY_ANS, TINY_ANS))
     return out
+
+
+def _dead_low_bits(root: Value) -> int:
+    """The low bits every word of the sample has zero (its elements; a byte
+    span's 8-byte words, which the dead bits of 2- and 4-byte words show
+    in too): mantissa bits a lower precision left unused."""
+    x = root.joined
+    if not isinstance(root.t, Tensor):
+        if root.t.bits != 8:
+            return 0
+        x = np.concatenate([s[: len(s) // 8 * 8].view(np.uint64) for s in root.slices])
+    if not len(x):
+        return 0
+    low = int(np.bitwise_or.reduce(x))
+    return (low & -low).bit_length() - 1 if low else 0
+
+
+def _misses_dead_bits(program: Program, root: Value) -> bool:
+    """A cheap structure detector a shortcut runs before it takes a learned
+    or a sibling's program: dead low bits in the words of this segment's
+    sample that the program does not drop (it has no `low_zero_bits`).
+    Coded as live bits, one dead bit costs a bit per word (a PyTorch
+    zip's F32 weights read as bytes: 4.7 % of the span)."""
+    if "dead" not in root.memo:
+        root.memo["dead"] = _dead_low_bits(root)
+    return root.memo["dead"] > 0 and not _has(program, LowZeroBits)
+
+
+def _other_exponents(program: Program, root: Value, seg: SegmentInfo) -> bool:
+    """Whether a program taken from elsewhere splits floats by exponent
+    (`partition`) into other classes than this segment's sample asks for
+    (proposals._float_partition): its children would then hold other
+    values than those it was found for. Smaller weights have other
+    exponents than the tensor a program was learned on (ppocr's classifier:
+    the learned program 5 % larger than a search's)."""
+    if not isinstance(program.node, Partition) or not isinstance(seg.t, Tensor) or not seg.t.dtype.is_float:
+        return False
+    fresh = _float_partition(root)
+    return fresh is not None and fresh != program.node
+
+
+def _has(program: Program, kind: type) -> bool:
+    return isinstance(program.node, kind) or any(_has(c, kind) for c in program.children)
 
 
 def _plain_best(root: Value, seg: SegmentInfo, scale: float) -> tuple[float, Program | None]:
@@ -373,11 +463,10 @@ def _plain_best(root: Value, seg: SegmentInfo, scale: float) -> tuple[float, Pro
     drift), which a prior learned elsewhere may have pruned."""
     if "plain" not in root.memo:
         best = (float("inf"), None)
-        if isinstance(seg.t, Tensor):
-            for program in _plain_programs(seg.t):
-                estimate = _estimate(program, root, seg, scale)
-                if estimate is not None and estimate < best[0]:
-                    best = (estimate, program)
+        for program in [] if seg.records else _plain_programs(seg.t):  # records: their fields, not words
+            estimate = _estimate(program, root, seg, scale)
+            if estimate is not None and estimate < best[0]:
+                best = (estimate, program)
         root.memo["plain"] = best
     return root.memo["plain"]
 

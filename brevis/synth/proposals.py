@@ -14,8 +14,9 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from ..dsl import (Ans, Affine, BitFields, BytePlanes, Records, SubBase, XorBase, Constant, Delta, Field, FloatFields, LowZeroBits, PackBits,
-                   Partition, Rank, Raw, RowDedup, Sparse, Tensor, Transpose, XorDelta, ZigZag, Zstd)
+                   Partition, Rank, Raw, RowDedup, Sparse, Tensor, Transpose, View, XorDelta, ZigZag, Zstd)
 from ..dsl.operator import Operator, Production
+from ..dsl.types import tensor
 from ..dsl.entropy import _rans
 from ..errors import ProgramError
 
@@ -30,9 +31,13 @@ CODERS = (Raw(), Zstd.entropy(), Zstd.at_level(3), Ans())
 BYTE_CODERS = (Raw(), Zstd.entropy(), Zstd.at_level(3), Zstd.at_level(9))
 NIBBLES = BitFields(groups=[[[4, 4]], [[0, 4]]])
 WORD_VIEWS = (Records(fields=[[1, 2]]), Records(fields=[[1, 4]]))
+FLOAT_VIEWS = tuple(View(dtype=d) for d in ("F16", "BF16", "F32", "F64"))
+VIEW_SLACK = 0.02
 # Proposed only where a value's sample shows their structure: detectors
 # whose finding the search always tries (see Search.options).
 DETECTED = (Rank, Sparse, Constant, LowZeroBits, RowDedup, Affine)
+FEW_PROBE = 4096  # wide values probed for how many distinct ones they hold ...
+FEW_VALUES = 512  # ... and at most this many: measured as symbols
 HALF_FIELDS = BitFields(groups=[[[10, 5]], [[15, 1], [0, 10]]])
 
 
@@ -78,12 +83,29 @@ class Value:
             joint = _entropy_bits((x >> x.dtype.type(shift)).astype(np.uint16)) + \
                 sum(_entropy_bits(plane) for plane in planes[: shift // 8])
             total = min(total, joint)
+        if self.t.bits > 16 and self.depth == 0:
+            # Few distinct wide values (dequantized weights, a table of
+            # floats): their own entropy, far below the planes' (what `rank`
+            # codes, proposed for wide values where they are a root: a
+            # segment's, or a tensor read out of bytes). Without it the
+            # search would judge the value by its planes and never open it.
+            seen = x[:: max(1, len(x) // FEW_PROBE)]
+            if len(np.unique(seen)) <= FEW_VALUES:
+                _, counts = np.unique(x, return_counts=True)
+                total = min(total, _counts_bits(counts))
         return float(min(total, self.t.bits * len(x))) / 8
 
     @cached_property
     def is_constant(self) -> bool:
         x = self.joined
         return bool(len(x)) and bool(np.all(x == x[0]))
+
+
+def _counts_bits(counts: np.ndarray) -> float:
+    """Order-0 entropy in bits of symbols with these counts, Miller-Madow corrected."""
+    counts = counts[counts > 0].astype(np.float64)
+    n = counts.sum()
+    return float(n * np.log2(n) - (counts * np.log2(counts)).sum() + (len(counts) - 1) / (2 * np.log(2)))
 
 
 def _entropy_bits(symbols: np.ndarray) -> float:
@@ -95,6 +117,20 @@ def _entropy_bits(symbols: np.ndarray) -> float:
     counts = np.bincount(symbols)
     counts = counts[counts > 0].astype(np.float64)
     return n * np.log2(n) - (counts * np.log2(counts)).sum() + (len(counts) - 1) / (2 * np.log(2))
+
+
+def _likely_views(v: Value, lengths: list[int]) -> list[View]:
+    """The float views of opaque bytes whose elements read about as well as
+    the best one's (order-0 entropy of the top 16 bits and the other
+    bytes, within VIEW_SLACK): the element width the data has, found by
+    measuring. A wrong width spreads a float's sign and exponent over two
+    symbols; its subtree would take the search's budget for nothing."""
+    fits = [op for op in FLOAT_VIEWS if all(n % op.dtype.itemsize == 0 for n in lengths)]
+    if len(fits) < 2:
+        return fits
+    bits = {op: Value([s.view(op.dtype.uint) for s in v.slices], tensor(op.dtype)).entropy_bytes for op in fits}
+    best = min(bits.values())
+    return [op for op in fits if bits[op] <= best * (1 + VIEW_SLACK)]
 
 
 def _float_partition(v: Value) -> Partition | None:
@@ -154,7 +190,7 @@ def proposals(v: Value) -> list[Production]:
     lengths = [len(s) for s in v.slices]
     # What the parent operator declares about its children (see Operator).
     records_field = v.parent is not None and v.parent.splits_records
-    try_delta = v.parent is None or v.parent.delta_children
+    try_delta = v.parent is None or v.parent.delta_children or v.parent.typed_children
     signed = v.parent is not None and v.parent.signed_children
     ranked = v.parent is not None and v.parent.ranked_children
     if v.reference is not None:
@@ -164,11 +200,18 @@ def proposals(v: Value) -> list[Production]:
         if all(n % op.record_bytes == 0 for n in lengths):
             out.append(op)
     elif v.opaque and v.depth == 0:
-        # Bytes no parser typed: read them as 2- and 4-byte words, as
-        # ZipNN reads a whole file as one float array. Where they are
-        # numbers (an unknown format's tensors), the words' fields and
-        # their joint statistics show; where not, the search says so.
-        out += [op for op in WORD_VIEWS if all(n % op.record_bytes == 0 for n in lengths)]
+        # Bytes no parser typed: read them as words, as ZipNN reads a
+        # whole file as one float array. Where they are numbers (an unknown
+        # format's tensors), the words' fields and their joint statistics
+        # show; where not, the search says so.
+        # As typed floats of each width (the float operators then apply as
+        # on a parsed tensor: exponent apart from sign and mantissa,
+        # partitions by exponent, ranks of few values), and as untyped
+        # 2-byte words (integers; HALF_FIELDS splits them as F16). Not as
+        # untyped 4-byte words: the same numbers as F32's, which the search
+        # would spend its budget on twice.
+        out += _likely_views(v, lengths)
+        out += [op for op in WORD_VIEWS[:1] if all(n % op.record_bytes == 0 for n in lengths)]
     if records_field and t.bits == 8:
         out.append(NIBBLES)  # packed 4-bit quants: high and low nibbles apart
     if records_field and t.bits == 16:

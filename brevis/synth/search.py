@@ -92,7 +92,8 @@ class Search:
                 v.memo[key] = None
             else:
                 row = child_row(op, v)
-                v.memo[key] = [Value([parts[j] for parts in per_slice], ct, row, op, v.depth + 1)
+                depth = v.depth if op.typed_children else v.depth + 1  # a typed tensor: searched as a root
+                v.memo[key] = [Value([parts[j] for parts in per_slice], ct, row, op, depth)
                                for j, ct in enumerate(types)]
         return v.memo[key]
 

@@ -6,6 +6,7 @@ offset, and as a safetensors file whose header was damaged, come within
 from __future__ import annotations
 
 import io
+import json
 import struct
 
 import numpy as np
@@ -90,6 +91,20 @@ def test_the_phase_of_floats():
     # F16 needs no phase: its low byte is 8 bits of mantissa, so its words
     # read one byte off cost what aligned ones do (the header tests above
     # hold an F16 tensor).
+
+
+def test_the_phase_of_floats_whose_low_byte_has_few_values():
+    """A dead low mantissa bit (a PyTorch zip's F32 weights): the low byte
+    takes 128 values, so the top byte and the next word's low byte read as
+    a likely pair. The word still starts after the pair that shares least."""
+    w = (RNG.standard_normal(1 << 15) * 0.03).astype(np.float32).view(np.uint32) & np.uint32(0xFFFFFFFE)
+    for p in range(4):
+        assert discovery.phase(np.frombuffer(b"Z" * p + w.tobytes(), dtype=np.uint8)) == p
+    # BF16: two such pairs in 4 bytes, of one parity (F16's low byte is
+    # mantissa, all but independent of its high byte: no phase shows).
+    bf16 = ((RNG.standard_normal(1 << 16) * 0.03).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    for p in range(4):
+        assert discovery.phase(np.frombuffer(b"Z" * p + bf16.tobytes(), dtype=np.uint8)) == p % 2
 
 
 def quantized(n: int, scale: float) -> bytes:
@@ -183,3 +198,30 @@ def test_quantized_blocks_without_a_parser(tmp_path, monkeypatch):
     brevis.compress([path], found)
     assert brevis.verify(found, sources=[path])["ok"]
     assert found.stat().st_size <= typed.stat().st_size * 1.01
+
+
+def test_pieces_cut_for_their_statistics_stay_apart(tmp_path):
+    """A small file no parser knows: a text header, then F32 weights and
+    int8 quants of 12-24 KB, by turns. Discovery cuts them apart (finer
+    blocks in a short span) and gathers again only pieces that read alike:
+    each kind keeps a model of its own (as a parser's tensors do)."""
+    from brevis.codec.plan import discover, scan
+    from brevis.fs.sources import Source
+
+    text = json.dumps({f"layer{i}.weight": [i, 512, 3] for i in range(120)}).encode()[:3000]
+    kinds = [i % 2 for i in range(6)]
+    arrays = [(RNG.standard_normal(3000 + 1000 * i) * 0.02).astype(np.float32).tobytes() if k else
+              quantized(12_000 + 4000 * i, 3) for i, k in enumerate(kinds)]
+    path = tmp_path / "model.bin"
+    path.write_bytes(text + b"".join(arrays))
+    (f,) = scanned = [scan(Source("model.bin", path))]
+    discover(scanned)
+    starts = np.cumsum([len(text)] + [len(a) for a in arrays])
+    kind_at = lambda at: kinds[int(np.searchsorted(starts, at, side="right")) - 1]  # noqa: E731
+    pieces = [(at, n) for s in f.segments for at, n in (s.ranges or [(s.offset, s.length)]) if n > 4096]
+    assert len(pieces) >= len(arrays)
+    for at in starts[1:-1]:  # every array after the first starts a piece, to a few bytes
+        assert min(abs(p - at) for p, _ in pieces) <= 64
+    for s in f.segments:
+        if s.ranges:
+            assert len({kind_at(at + n // 2) for at, n in s.ranges if n > 4096}) <= 1, s.ranges

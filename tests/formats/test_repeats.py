@@ -127,3 +127,22 @@ def test_a_wrong_match_only_costs_ratio(tmp_path, monkeypatch):
     assert brevis.verify(out, sources=[a, b])["ok"]
     with ArchiveReader(out) as r:
         assert sum(s.name == repeats.NAME for f in r.index.files for s in f.segments) == 2
+
+
+def test_a_copy_in_a_span_lzma_codes_whole_is_cut_as_the_others(tmp_path):
+    """A block of arrays in a text-like file (which LZMA codes whole) and
+    in a file of floats: the copies are cut alike wherever they lie, so
+    each piece is stored once (a checkpoint and its fine-tune, one of
+    them read whole by LZMA)."""
+    block = floats(30_000) + b"PK\x03\x04name" + floats(20_000, 3.0)
+    words = " ".join(f"token{i} {i * 7 % 1000}" for i in range(60_000)).encode()
+    a, b = tmp_path / "vocab.bin", tmp_path / "weights.bin"
+    a.write_bytes(words[:300_000] + block + words[300_000:])
+    b.write_bytes(b"HDR" + floats(40_000, 0.5) + block + floats(10_000, 0.1))
+    out = tmp_path / "x.brv"
+    brevis.compress([a, b], out)
+    assert brevis.verify(out, sources=[a, b])["ok"]
+    with ArchiveReader(out) as r:
+        copies = {f.path: [(s.length, tuple(map(tuple, c.streams))) for s in f.segments if s.name == repeats.NAME
+                           for c in s.chunks] for f in r.index.files}
+    assert copies["vocab.bin"] and copies["vocab.bin"] == copies["weights.bin"]

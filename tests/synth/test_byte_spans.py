@@ -8,6 +8,7 @@ import json
 import lzma
 
 import numpy as np
+import zstandard
 import pytest
 
 import brevis
@@ -104,3 +105,21 @@ def test_a_parsed_files_spans_never_take_lzma(tmp_path):
     # the same text in a file of its own (no parser) takes it
     out = archive_of(vocabulary(20000), tmp_path, "alone.json")
     assert "lzma" in programs(out)
+
+
+def test_a_short_span_of_floats_takes_ans_on_its_words(tmp_path):
+    """A span too short to search (a norm's weights, a bias cut out as a
+    repeat) in a file no parser knows: `ans` on its F32 words where that is
+    smaller than zstd, as a short parsed tensor gets."""
+    w = (RNG.standard_normal(750) * 0.02).astype(np.float32)
+    path = tmp_path / "norm.bin"
+    path.write_bytes(w.tobytes())
+    out = tmp_path / "norm.brv"
+    brevis.compress([path], out)
+    with ArchiveReader(out) as r:
+        (seg,) = [s for f in r.index.files for s in f.segments]
+        assert [p.to_json() for p in seg.programs] == [["view", {"dtype": "F32"}, [["ans", {}]]]]
+        assert seg.stored < len(zstandard.ZstdCompressor(level=3).compress(w.tobytes()))
+    brevis.decompress(out, tmp_path / "out")
+    assert (tmp_path / "out").read_bytes() == w.tobytes() if (tmp_path / "out").is_file() else \
+        (tmp_path / "out" / "norm.bin").read_bytes() == w.tobytes()

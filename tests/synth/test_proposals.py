@@ -1,18 +1,21 @@
 """The search reads what a parent operator declares about its children
 (Operator.splits_records, delta_children, signed_children, ranked_children,
-keeps_order), not lists of production ids."""
+typed_children, keeps_order), not lists of production ids."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from brevis.dsl import REGISTRY, Delta, Rank, XorDelta, ZigZag
+from brevis.dsl import REGISTRY, Delta, Rank, View, XorDelta, ZigZag
 from brevis.dsl.operator import Operator
-from brevis.dsl.types import Field
+from brevis.dsl.types import Field, tensor
+from brevis.dtypes import DTYPES
+from brevis.synth.prior import Prior
+from brevis.synth.search import Budget, Search
 from brevis.synth.proposals import HALF_FIELDS, NIBBLES, Value, child_row, proposals
 
-HINTS = ("splits_records", "delta_children", "signed_children", "ranked_children", "keeps_order")
+HINTS = ("splits_records", "delta_children", "signed_children", "ranked_children", "keeps_order", "typed_children")
 
 
 def parent(**facts) -> Operator:
@@ -63,6 +66,19 @@ def test_ranked_children():
 
     assert ranks(parent())  # a small alphabet: ranked in 4 bits
     assert not ranks(parent(ranked_children=True))
+
+
+def test_typed_children_are_searched_as_a_root():
+    """A tensor read out of bytes (`view`) gets what a segment's root gets:
+    ranks of a wide value's few values, deltas."""
+    wide = RNG.choice(np.arange(1, 40, dtype=np.uint32) * 0x01010101, 4096)
+    at_root = Value([wide], tensor(DTYPES["F32"]), None, View(dtype="F32"), 0)
+    assert any(isinstance(p, Rank) for p in proposals(at_root)) and "delta" in ids(at_root)
+    deeper = Value([wide], tensor(DTYPES["F32"]), None, parent(), 1)
+    assert not any(isinstance(p, Rank) for p in proposals(deeper))
+    search = Search(Prior(), "weight", 1.0, 1, Budget())
+    (kid,) = search.children(Value([wide.view(np.uint8)], Field(8), opaque=True), View(dtype="F32"))
+    assert kid.depth == 0 and kid.t == tensor(DTYPES["F32"]) and not kid.opaque
 
 
 def test_keeps_order_carries_the_row():
