@@ -85,6 +85,7 @@ LZMA_TRIALS = tuple(Program.leaf(Lzma(preset=6, lc=lc, lp=lp, pb=pb)) for lc, lp
 LZMA_PROBES = 4
 LZMA_PROBE_BYTES = 1 << 18
 LZMA_MARGIN = 0.005
+LZMA_CONTEXT_BYTES = 1 << 18  # the bytes a literal context is chosen on (_lzma_best)
 # Its chunks are longer: its window then reaches as far as xz -6's (a 1 MiB
 # chunk of a tokenizer's vocabulary is 14 % larger than xz -6 on 1.7 MB).
 LZMA_CHUNK_BYTES = 8 << 20
@@ -532,8 +533,28 @@ def lzma_wins(read: Callable[[int, int], bytes], pieces: list[tuple[int, int]]) 
         probes.append(np.frombuffer(read(lo, min(width, n)), np.uint8))
     fast_coders = (WHOLE_TRIAL_PROGRAMS[0], WHOLE_TRIAL_PROGRAMS[1], TINY_ANS) + WORD_TRIALS + PLANE_TRIALS
     fast = sum(min(n for n in (_coded(p, [x], BYTES) for p in fast_coders) if n is not None) for x in probes)
-    slow = min(_coded(p, [np.concatenate(probes)], BYTES) for p in LZMA_TRIALS)
+    slow = _lzma_best([np.concatenate(probes)], BYTES)[1]
     return slow < fast * (1 - LZMA_MARGIN)
+
+
+def _lzma_best(pieces: list[np.ndarray], t: Field) -> tuple[int, int]:
+    """(index in LZMA_TRIALS, bytes): the literal context that codes the
+    pieces smallest, chosen on the middle of each piece, LZMA_CONTEXT_BYTES
+    in all (LZMA codes at about 3 MB/s: three contexts on all of a span's
+    probes were half of compressing a file no parser knows), then measured
+    on all of them."""
+    total = sum(len(x) for x in pieces)
+    if total <= LZMA_CONTEXT_BYTES:
+        size, choice = min((_coded(p, pieces, t), i) for i, p in enumerate(LZMA_TRIALS))
+        return choice, size
+    share = LZMA_CONTEXT_BYTES / total
+    middles = []
+    for x in pieces:
+        n = max(1, int(len(x) * share)) // 8 * 8 or len(x)
+        at = (len(x) - n) // 2 // 8 * 8
+        middles.append(x[at:at + n])
+    _, choice = min((_coded(p, middles, t), i) for i, p in enumerate(LZMA_TRIALS))
+    return choice, _coded(LZMA_TRIALS[choice], pieces, t)
 
 
 def _coded(program: Program, pieces: list[np.ndarray], t: Field) -> int | None:
@@ -559,7 +580,7 @@ def _lzma_trial(seg: SegmentInfo, pieces: list[np.ndarray]) -> tuple[Program, in
     its first arrays may be floats, the rest quantized bytes), and its bytes
     on the measurement's pieces."""
     probes = pieces if seg.length <= WHOLE_TRIAL_BYTES else _probes(seg.length, seg.read)  # all of a short span
-    size, choice = min((_coded(p, probes, seg.t), i) for i, p in enumerate(LZMA_TRIALS))
+    choice, size = _lzma_best(probes, seg.t)
     if probes is not pieces:
         size = _coded(LZMA_TRIALS[choice], pieces, seg.t)
     return LZMA_TRIALS[choice], size
