@@ -34,7 +34,7 @@ from ..dsl.types import BYTES, Field, tensor
 from ..errors import InvalidArgument, IOFailure
 from ..archive.index import pieces
 from ..formats import Segment, discovery, layout, repeats
-from ..formats.gather import GATHER_SPAN, gather
+from ..formats.gather import gather, gatherable
 from ..fs.sources import Source, check_identity, read_exactly
 from ..synth.planner import LZMA_CHUNK_BYTES, TINY, Plan, Planner, SegmentInfo, lzma_wins
 from ..synth.prior import Prior
@@ -171,8 +171,7 @@ def discover(scanned: list[ScannedFile]) -> None:
                     if whole.get(k) is False:
                         part = replace(part, lzma=False)
                     segments.append(part)
-        small = [s for s in segments if s.dtype is None and s.records is None and s.region is None
-                 and TINY < s.length <= GATHER_SPAN]
+        small = [s for s in segments if gatherable(s) and s.length > TINY]
         labels = {id(s): k for s, k in zip(small, discovery.kinds(small, _read_once(f)))}
         f.segments = gather(segments, lambda s: labels.get(id(s), -1))  # -1: the short ones, together
 

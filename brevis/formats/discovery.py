@@ -29,7 +29,6 @@ except ImportError:  # an unbuilt tree: numpy's bincount
 
 SAMPLE_BYTES = 1 << 18  # from the middle of the file
 MIN_FILE_BYTES = 1 << 16  # smaller files keep one segment
-STRIDES = (4, 2)
 MIN_GAIN = 0.01  # of the sample's bits: a phase must win by this much to cut
 CHANGE_BLOCK = 1 << 12  # bytes per histogram (more in long spans: at most CHANGE_BLOCKS of them)
 CHANGE_BLOCKS = 1 << 12
@@ -58,24 +57,20 @@ def _pair_bits(sample: np.ndarray, stride: int, at: int) -> float:
     start `at` bytes into every `stride`-byte step of the sample (the last
     byte of a step pairs with the first of the next)."""
     n = (len(sample) - at - 2) // stride
-    pairs = sample[at: at + n * stride].reshape(n, stride)[:, :2] if stride > 2 else \
-        sample[at: at + n * 2].reshape(n, 2)
-    values = pairs[:, 0].astype(np.intp) | pairs[:, 1].astype(np.intp) << 8
-    return _symbol_bits(values, 1 << 16)
+    pairs = sample[at: at + n * stride].reshape(n, stride)[:, :2]
+    return _symbol_bits(pairs[:, 0].astype(np.intp) | pairs[:, 1].astype(np.intp) << 8)
 
 
-def _symbol_bits(values: np.ndarray, alphabet: int) -> float:
-    counts = np.bincount(values, minlength=alphabet).astype(np.float64)
-    counts = counts[counts > 0]
-    n = counts.sum()
-    return float(n * np.log2(n) - (counts * np.log2(counts)).sum()) / n
+def _symbol_bits(values: np.ndarray) -> float:
+    """Order-0 entropy, in bits per value."""
+    return float(_row_bits(np.bincount(values))) / len(values)
 
 
 def _linked_bits(sample: np.ndarray, stride: int) -> np.ndarray:
     """For each lane a of a `stride`-byte step: the bits of information
     a byte in lane a and the next byte share (their mutual information)."""
     n = len(sample) // stride
-    lanes = [_symbol_bits(sample[a: n * stride: stride].astype(np.intp), 256) for a in range(stride)]
+    lanes = [_symbol_bits(sample[a: n * stride: stride].astype(np.intp)) for a in range(stride)]
     return np.array([lanes[a] + lanes[(a + 1) % stride] - _pair_bits(sample, stride, a) for a in range(stride)])
 
 

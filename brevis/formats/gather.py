@@ -20,14 +20,20 @@ GATHER_BYTES = 1 << 20  # the most a gathered segment holds (about a chunk)
 NAME = "__gathered__"
 
 
+def gatherable(s: Segment) -> bool:
+    """A small byte span: no records, no repeated region (a repeat's copy
+    is stored once, alone), not gathered already, at most GATHER_SPAN."""
+    return (s.dtype is None and s.records is None and s.ranges is None and s.region is None
+            and 0 < s.length <= GATHER_SPAN)
+
+
 def gather(segments: list[Segment], kind=None) -> list[Segment]:
     """The same tiling with the small byte spans (no records, no repeated
     region, at most GATHER_SPAN) gathered, in file order, into segments of at most
     GATHER_BYTES placed after the others; unchanged where fewer than two.
     `kind(span)`: spans of one kind only are gathered together (None: all
     one kind)."""
-    small = [s for s in segments if s.dtype is None and s.records is None and s.ranges is None
-             and s.region is None and 0 < s.length <= GATHER_SPAN]  # a repeat's copy is stored once, alone
+    small = [s for s in segments if gatherable(s)]
     if len(small) < 2:
         return segments
     groups: list[list[Segment]] = []

@@ -29,7 +29,7 @@ from ..dsl.program import Program
 from ..dsl.types import BYTES, Field, Tensor
 from ..errors import InvalidArgument, NotApplicable, ProgramError
 from .prior import Prior
-from .proposals import WORD_VIEWS, Value, _float_partition, halves
+from .proposals import WORD_VIEWS, Value, _float_partition, halves, low_zeros
 from .roles import leaf_name, role_of, shape_class
 from .search import STREAM_INDEX_BYTES, Budget, SearchResult, search
 
@@ -211,7 +211,7 @@ def _tiny_plan(seg: SegmentInfo) -> Plan:
     elif not isinstance(seg.t, Tensor) and not seg.parsed and not seg.records and seg.length >= TINY_WORDS_LEAST:
         x = [np.frombuffer(seg.read(0, seg.length), dtype=np.uint8)]
         sizes = [(n, i) for i, p in enumerate(TINY_WORDS) if (n := _coded(p, x, seg.t)) is not None]
-        best, i = min(sizes)
+        _, i = min(sizes)
         return Plan(TINY_WORDS[i], {"search": SearchKind.TINY})
     return Plan(TINY_PROGRAM, {"search": SearchKind.TINY})
 
@@ -404,7 +404,8 @@ def _plain_programs(t: Field) -> list[Program]:
     """Fixed programs every tensor is measured against: `ans` on the whole
     value, and on its halves for 32- and 64-bit values; and every byte
     span: `ans` on its 2-byte words and on the halves of its 4-byte ones
-    (WORD_TRIALS: numbers in bytes no parser typed)."""
+    (WORD_TRIALS), and its F32 exponents apart (FLOAT_TRIAL): numbers in
+    bytes no parser typed."""
     if not isinstance(t, Tensor):
         return list(WORD_TRIALS) + [FLOAT_TRIAL] if t.bits == 8 else []
     out = [TINY_ANS] if t.bits <= 32 else []
@@ -422,10 +423,7 @@ def _dead_low_bits(root: Value) -> int:
         if root.t.bits != 8:
             return 0
         x = np.concatenate([s[: len(s) // 8 * 8].view(np.uint64) for s in root.slices])
-    if not len(x):
-        return 0
-    low = int(np.bitwise_or.reduce(x))
-    return (low & -low).bit_length() - 1 if low else 0
+    return low_zeros(x)
 
 
 def _misses_dead_bits(program: Program, root: Value) -> bool:

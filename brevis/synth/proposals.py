@@ -114,9 +114,13 @@ def _entropy_bits(symbols: np.ndarray) -> float:
     if _rans is not None and symbols.dtype in (np.uint8, np.uint16):
         total, distinct = _rans.counts(np.ascontiguousarray(symbols), symbols.itemsize)
         return n * np.log2(n) - total + (distinct - 1) / (2 * np.log(2))
-    counts = np.bincount(symbols)
-    counts = counts[counts > 0].astype(np.float64)
-    return n * np.log2(n) - (counts * np.log2(counts)).sum() + (len(counts) - 1) / (2 * np.log(2))
+    return _counts_bits(np.bincount(symbols))
+
+
+def low_zeros(x: np.ndarray) -> int:
+    """How many low bits every element of x has zero (0 where all are zero)."""
+    low = int(np.bitwise_or.reduce(x)) if len(x) else 0
+    return (low & -low).bit_length() - 1 if low else 0
 
 
 def _likely_views(v: Value, lengths: list[int]) -> list[View]:
@@ -231,8 +235,7 @@ def proposals(v: Value) -> list[Production]:
     if t.bits in (1, 2, 4):
         out.append(PackBits())
     if t.bits > 1:
-        low = int(np.bitwise_or.reduce(x))
-        zeros = (low & -low).bit_length() - 1 if low else 0
+        zeros = low_zeros(x)
         if 0 < zeros < t.bits:
             out.append(LowZeroBits(shift=zeros))
     integer_like = not (isinstance(t, Tensor) and t.dtype.is_float) and not v.opaque
