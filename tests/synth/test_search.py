@@ -13,7 +13,7 @@ from brevis.dsl.interpreter import decode, encode
 from brevis.dtypes import DTYPES
 from brevis.synth.prior import Prior
 from brevis.synth.proposals import Value
-from brevis.synth.search import Budget, search
+from brevis.synth.search import PRUNE_MAX_BYTES, Budget, search
 
 RNG = np.random.default_rng(7)
 
@@ -168,3 +168,20 @@ def test_prior_carries_its_learned_programs(tmp_path):
     obj["programs"] = [{"kind": "T:F32", "role": "mlp", "program": ["no_such_op", {}], "relative": 1.0}]
     with pytest.raises(brevis.BrevisError):
         Prior.from_json(obj)
+
+
+def test_large_segment_search_keeps_what_the_prior_finds():
+    """A segment past PRUNE_MAX_BYTES is searched unpruned (wider); where
+    that search runs out of budget, the pruned one's result still counts.
+    F32 weights with 7 dead low bits (a PyTorch checkpoint's), scaled to a
+    32 MiB segment: the program drops them, as on a small segment."""
+    t = tensor(DTYPES["F32"])
+    x = weights(65536).view(np.uint32) & np.uint32(0xFFFFFF80)
+    slices = [x[i::4].copy() for i in range(4)]
+    small = search(Value(slices, t), Prior(), "conv", 1.0, 1, Budget(2000, 30))
+    prior = Prior(samples=1)
+    prior.observe(small.program, t, "conv")
+    scale = (PRUNE_MAX_BYTES * 4) / x.nbytes
+    large = search(Value(slices, t), prior, "conv", scale, 32, Budget(100, 30))
+    assert "low_zero_bits" in str(large.program), large.program
+    assert large.estimate <= small.estimate * scale * 1.01 + 32 * 64
