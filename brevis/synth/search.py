@@ -186,12 +186,14 @@ class Search:
     def run(self, root: Value) -> SearchResult:
         self.segment_bytes = sum(s.nbytes for s in root.slices) * self.scale
         cost, program = self.solve(root)
-        if self.exhausted and not self.narrow and self.segment_bytes >= PRUNE_MAX_BYTES:
+        if self.exhausted and not self.narrow and self.prior.learned and self.segment_bytes >= PRUNE_MAX_BYTES:
             # A wide search that ran out of budget closed its values
             # greedily; the pruned search, with the same budget, goes
             # deeper where the prior points (a 33 MB conv weight: exponent
             # classes and dead bits, 1.7 % smaller than what the wide
             # search's budget reached). The better of the two is kept.
+            # A prior with no counts prunes nothing (learning's searches):
+            # there the pruned search would repeat the wide one.
             narrow = Search(self.prior, self.role, self.scale, self.chunks, self.budget, narrow=True)
             narrow.segment_bytes = self.segment_bytes
             narrow_cost, narrow_program = narrow.solve(root)
