@@ -37,6 +37,12 @@ def worktree(commit: str) -> Path:
         tree.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(["git", "worktree", "add", "--detach", "-f", str(tree), commit], cwd=HERE, check=True,
                        capture_output=True)
+    # Its own compiled kernels, built from its sources: without them its
+    # code takes the pure-Python fallbacks, whose estimates can choose
+    # other programs, and every archive would differ.
+    if (tree / "setup.py").is_file() and not list((tree / "brevis" / "native").glob("*.so")):
+        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree, check=True,
+                       capture_output=True)
     return tree
 
 
