@@ -195,58 +195,126 @@ static inline uint64_t load_bits(const uint8_t *base, uint64_t limit, uint64_t a
 }
 
 /* A batch's bins (their ranks into rb) from the words from byte `at` of
- * `in` (`limit` bytes); the new `at`. */
-static uint64_t fast_bins(const fast_t *f, uint32_t *xs, const uint8_t *in, uint64_t limit, uint64_t at, uint16_t *rb) {
-    uint32_t x0 = xs[0], x1 = xs[1], x2 = xs[2], x3 = xs[3];
-    const uint32_t *packed = f->packed; const uint16_t *ranks = f->ranks; const uint32_t mask = f->mask; const int P = f->P;
+ * `in` (`limit` bytes); the new `at`. Then its values from their bins and
+ * their offsets from bit `pos` of `base` (`limit` bytes); the new pos.
+ * A batch reads at most FAST_WORD_READS bytes of words past `at` and
+ * FAST_OFFSET_READS bytes of offsets past its first: where those lie
+ * inside the stream the loads go unchecked (the _unchecked variants), else
+ * through load_bits. The fused pass does both at once, one batch's bins
+ * while reading the offsets of the batch before (prev): the bins are a
+ * chain of dependent steps that leaves the CPU's units idle, which the
+ * offsets, independent of it, fill. Not inlined, so that the states and
+ * the positions keep registers of their own; with BMI2 where the CPU has
+ * it (shifts by any register, not only cl: fewer moves and spills). */
+#define FAST_WORD_READS (2 * BATCH + 8)
+#define FAST_OFFSET_READS (4 * BATCH + 8)
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_BMI2 1
+#define BMI2 __attribute__((target("bmi2")))
+static int bmi2_known = -1;
+static int cpu_has_bmi2(void) {
+    if (bmi2_known < 0) { __builtin_cpu_init(); bmi2_known = __builtin_cpu_supports("bmi2") ? 1 : 0; }
+    return bmi2_known;
+}
+#endif
+typedef uint64_t (*bins_fn)(const fast_t *, uint32_t *, const uint8_t *, uint64_t, uint64_t, uint16_t *);
+typedef uint64_t (*offsets_fn)(const fast_t *, const uint16_t *, const uint8_t *, uint64_t, uint64_t, void *, int);
+typedef void (*fused_fn)(const fast_t *, uint32_t *, const uint8_t *, uint64_t *, uint16_t *, const uint16_t *,
+                         const uint8_t *, uint64_t *, void *);
+
 #define LANE(X, K) uint32_t s##K = X & mask, e##K = packed[s##K]; \
     X = (e##K & 0xffff) * (X >> P) + (e##K >> 16); \
     uint32_t n##K = X < RANS_L;
-#define FEED(X, K, C) X = n##K ? (X << 16) | ((uint32_t)(words >> (16 * (C))) & 0xffff) : X; rb[j + K] = ranks[s##K];
-    for (int j = 0; j < BATCH; j += LANES) {
-        uint64_t words = load_bits(in, limit, at);
-        LANE(x0, 0) LANE(x1, 1) LANE(x2, 2) LANE(x3, 3)
-        uint32_t c1 = n0, c2 = c1 + n1, c3 = c2 + n2;
-        FEED(x0, 0, 0) FEED(x1, 1, c1) FEED(x2, 2, c2) FEED(x3, 3, c3)
+/* renormalization without a branch: it mispredicts on high-entropy bins */
+#define FEED(X, K, C) X = (X << (n##K << 4)) | ((uint32_t)(words >> (16 * (C))) & (0xffffu & (0u - n##K))); \
+    rb[j + K] = ranks[s##K];
+#define GROUP(LOAD) \
+        uint64_t words = LOAD; \
+        LANE(x0, 0) LANE(x1, 1) LANE(x2, 2) LANE(x3, 3) \
+        uint32_t c1 = n0, c2 = c1 + n1, c3 = c2 + n2; \
+        FEED(x0, 0, 0) FEED(x1, 1, c1) FEED(x2, 2, c2) FEED(x3, 3, c3) \
         at += 2 * (c3 + n3);
-    }
-#undef LANE
-#undef FEED
-    xs[0] = x0; xs[1] = x1; xs[2] = x2; xs[3] = x3;
-    return at;
-}
+#define OFFSET(J, LOAD) { \
+        const offset_t *t = &otab[prev[J]]; \
+        out[J] = (__typeof__(*out))(t->lower + ((uint32_t)(LOAD >> (pos & 7)) & t->mask)); \
+        pos += t->width; }
 
-/* A batch's values from their bins and their offsets from bit `pos` of
- * `base` (`limit` bytes); the new pos. */
-#define FAST_OFFSETS(NAME, T) \
-static uint64_t NAME(const fast_t *f, const uint16_t *rb, const uint8_t *base, uint64_t limit, uint64_t pos, T *out, \
-                     int widths) { \
+#define FAST_BINS(NAME, LOAD, TARGET) \
+__attribute__((noinline)) TARGET \
+static uint64_t NAME(const fast_t *f, uint32_t *xs, const uint8_t *in, uint64_t limit, uint64_t at, uint16_t *rb) { \
+    uint32_t x0 = xs[0], x1 = xs[1], x2 = xs[2], x3 = xs[3]; \
+    const uint32_t *packed = f->packed; const uint16_t *ranks = f->ranks; const uint32_t mask = f->mask; const int P = f->P; \
+    (void)limit; \
+    for (int j = 0; j < BATCH; j += LANES) { GROUP(LOAD) } \
+    xs[0] = x0; xs[1] = x1; xs[2] = x2; xs[3] = x3; \
+    return at; \
+}
+#define FAST_OFFSETS(NAME, T, LOAD, TARGET) \
+__attribute__((noinline)) TARGET \
+static uint64_t NAME(const fast_t *f, const uint16_t *prev, const uint8_t *base, uint64_t limit, uint64_t pos, \
+                     void *dst, int widths) { \
     const offset_t *otab = f->otab; \
+    T *out = dst; \
+    (void)limit; \
     if (!widths) { /* no bin has offset bits: each value is its bin's lower */ \
-        for (int j = 0; j < BATCH; j++) out[j] = (T)otab[rb[j]].lower; \
+        for (int j = 0; j < BATCH; j++) out[j] = (T)otab[prev[j]].lower; \
         return pos; \
     } \
-    for (int j = 0; j < BATCH; j++) { \
-        const offset_t *t = &otab[rb[j]]; \
-        out[j] = (T)(t->lower + ((uint32_t)(load_bits(base, limit, pos >> 3) >> (pos & 7)) & t->mask)); \
-        pos += t->width; \
-    } \
+    for (int j = 0; j < BATCH; j++) OFFSET(j, LOAD) \
     return pos; \
 }
-FAST_OFFSETS(fast_offsets8, uint8_t)
-FAST_OFFSETS(fast_offsets16, uint16_t)
-FAST_OFFSETS(fast_offsets32, uint32_t)
+#define FAST_FUSED(NAME, T, TARGET) \
+__attribute__((noinline)) TARGET \
+static void NAME(const fast_t *f, uint32_t *xs, const uint8_t *in, uint64_t *wat, uint16_t *rb, \
+                 const uint16_t *prev, const uint8_t *base, uint64_t *opos, void *dst) { \
+    uint32_t x0 = xs[0], x1 = xs[1], x2 = xs[2], x3 = xs[3]; \
+    const uint32_t *packed = f->packed; const uint16_t *ranks = f->ranks; const uint32_t mask = f->mask; const int P = f->P; \
+    const offset_t *otab = f->otab; \
+    T *out = dst; \
+    uint64_t at = *wat, pos = *opos; \
+    for (int j = 0; j < BATCH; j += LANES) { \
+        GROUP(load8(in + at)) \
+        OFFSET(j, load8(base + (pos >> 3))) OFFSET(j + 1, load8(base + (pos >> 3))) \
+        OFFSET(j + 2, load8(base + (pos >> 3))) OFFSET(j + 3, load8(base + (pos >> 3))) \
+    } \
+    xs[0] = x0; xs[1] = x1; xs[2] = x2; xs[3] = x3; \
+    *wat = at; *opos = pos; \
+}
+#define FAST_KERNELS(SUFFIX, TARGET) \
+FAST_BINS(fast_bins##SUFFIX, load8(in + at), TARGET) \
+FAST_OFFSETS(fast_offsets8##SUFFIX, uint8_t, load8(base + (pos >> 3)), TARGET) \
+FAST_OFFSETS(fast_offsets16##SUFFIX, uint16_t, load8(base + (pos >> 3)), TARGET) \
+FAST_OFFSETS(fast_offsets32##SUFFIX, uint32_t, load8(base + (pos >> 3)), TARGET) \
+FAST_FUSED(fast_fused8##SUFFIX, uint8_t, TARGET) \
+FAST_FUSED(fast_fused16##SUFFIX, uint16_t, TARGET) \
+FAST_FUSED(fast_fused32##SUFFIX, uint32_t, TARGET)
+FAST_KERNELS(_unchecked, )
+#ifdef HAVE_BMI2
+FAST_KERNELS(_bmi2, BMI2)
+#endif
+FAST_BINS(fast_bins_checked, load_bits(in, limit, at), )
+FAST_OFFSETS(fast_offsets8_checked, uint8_t, load_bits(base, limit, pos >> 3), )
+FAST_OFFSETS(fast_offsets16_checked, uint16_t, load_bits(base, limit, pos >> 3), )
+FAST_OFFSETS(fast_offsets32_checked, uint32_t, load_bits(base, limit, pos >> 3), )
+#undef FAST_KERNELS
+#undef FAST_FUSED
 #undef FAST_OFFSETS
+#undef FAST_BINS
+#undef OFFSET
+#undef GROUP
+#undef FEED
+#undef LANE
 
 /* Decode n values of `width` bytes into out from one block's rANS bytes
  * (in, inlen) and offset bits (offs, offslen), with the block's model:
  * `bins` bins in cumulative order, frequencies summing to 2^P. Scratch:
  * `slots` and `packed` (2^P entries; packed unused for P > 15), `table`
- * and `otab` (bins entries). NULL, or what is wrong. Needs no GIL. */
+ * and `otab` (bins entries). NULL, or what is wrong. Needs no GIL.
+ * `simd` 0: the batches without BMI2 (the tests hold both to the same values). */
 static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_t *offs, Py_ssize_t offslen,
                                Py_ssize_t n, int width, const uint32_t *freq, const uint32_t *cum,
                                const uint32_t *lower, const uint8_t *obits, Py_ssize_t bins, int P, void *out,
-                               uint16_t *slots, bin_t *table, uint32_t *packed, offset_t *otab) {
+                               uint16_t *slots, bin_t *table, uint32_t *packed, offset_t *otab, int simd) {
     uint32_t M = 1u << P;
     if (bins < 1 || bins > (Py_ssize_t)M || bins > 65536) return "bad model";
     if (inlen < 4 * LANES || (inlen - 4 * LANES) % 2) return "damaged stream (length)";
@@ -310,14 +378,40 @@ static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_
         uint64_t pos = (uint64_t)(op - ostart) * 8 - (uint64_t)fill, at = (uint64_t)(ptr - in);
         const uint64_t olimit = (uint64_t)(oend - ostart), limit = (uint64_t)(end - in);
         uint32_t xs[LANES] = {x0, x1, x2, x3};
-        while (i + BATCH <= n) {
-            uint16_t rb[BATCH];
-            at = fast_bins(&f, xs, in, limit, at, rb);
-            if (width == 1) pos = fast_offsets8(&f, rb, ostart, olimit, pos, o8 + i, widths);
-            else if (width == 2) pos = fast_offsets16(&f, rb, ostart, olimit, pos, o16 + i, widths);
-            else pos = fast_offsets32(&f, rb, ostart, olimit, pos, o32 + i, widths);
+        const int k = width == 1 ? 0 : width == 2 ? 1 : 2;
+        static const offsets_fn checked[3] = {fast_offsets8_checked, fast_offsets16_checked, fast_offsets32_checked};
+        bins_fn bins = fast_bins_unchecked;
+        offsets_fn offsets = (offsets_fn[3]){fast_offsets8_unchecked, fast_offsets16_unchecked, fast_offsets32_unchecked}[k];
+        fused_fn fused = (fused_fn[3]){fast_fused8_unchecked, fast_fused16_unchecked, fast_fused32_unchecked}[k];
+#ifdef HAVE_BMI2
+        if (simd && cpu_has_bmi2()) {
+            bins = fast_bins_bmi2;
+            offsets = (offsets_fn[3]){fast_offsets8_bmi2, fast_offsets16_bmi2, fast_offsets32_bmi2}[k];
+            fused = (fused_fn[3]){fast_fused8_bmi2, fast_fused16_bmi2, fast_fused32_bmi2}[k];
+        }
+#endif
+        /* rb[cur]: the bins of the batch before i, whose offsets are still to read (where `pending`) */
+        uint16_t rb[2][BATCH];
+        int cur = 0, pending = 0;
+        uint8_t *ob = out;
+        while (!bad && i + BATCH <= n) {
+            int words_safe = at + FAST_WORD_READS <= limit, offsets_safe = (pos >> 3) + FAST_OFFSET_READS <= olimit;
+            if (pending && widths && words_safe && offsets_safe) {
+                fused(&f, xs, in, &at, rb[cur ^ 1], rb[cur], ostart, &pos, ob + (i - BATCH) * width);
+                cur ^= 1;
+            } else {
+                if (pending)
+                    pos = (offsets_safe ? offsets : checked[k])(&f, rb[cur], ostart, olimit, pos, ob + (i - BATCH) * width, widths);
+                at = (words_safe ? bins : fast_bins_checked)(&f, xs, in, limit, at, rb[cur]);
+            }
+            pending = 1;
             i += BATCH;
-            if (pos > 8 * olimit || at > limit) { bad = 1; break; }
+            if (pos > 8 * olimit || at > limit) bad = 1;
+        }
+        if (pending && !bad) {
+            int offsets_safe = (pos >> 3) + FAST_OFFSET_READS <= olimit;
+            pos = (offsets_safe ? offsets : checked[k])(&f, rb[cur], ostart, olimit, pos, ob + (i - BATCH) * width, widths);
+            if (pos > 8 * olimit) bad = 1;
         }
         x0 = xs[0]; x1 = xs[1]; x2 = xs[2]; x3 = xs[3];
         ptr = in + (bad ? limit : at);
@@ -1111,7 +1205,7 @@ static const char *stream_decode(const uint8_t *data, Py_ssize_t len, Py_ssize_t
                                     packed + ((size_t)1 << slots_log), packed + ((size_t)2 << slots_log), simd);
             else
                 error = decode_core(block + mpos, rlen, block + mpos + rlen, blen - mpos - rlen, count, width, m.freqs,
-                                    cum, lower, obits, nbins, P, out + start * width, slots, table, packed, otab);
+                                    cum, lower, obits, nbins, P, out + start * width, slots, table, packed, otab, simd);
             pos += blen;
         }
         if (!error && pos != len) error = block_log ? "bytes after the last block" : "damaged stream";
@@ -1123,7 +1217,8 @@ static const char *stream_decode(const uint8_t *data, Py_ssize_t len, Py_ssize_t
 }
 
 /* decode_stream(stream, n, width, bits, out, simd=1) -> None: stream_decode,
- * the GIL released; simd=0: wide blocks without the AVX2 kernel (tests). */
+ * the GIL released; simd=0: wide blocks without the AVX2 kernel, narrow ones
+ * without BMI2 (tests). */
 static PyObject *rans_decode_stream(PyObject *self, PyObject *args) {
     PyObject *o[2];
     Py_ssize_t n;

@@ -113,6 +113,7 @@ def test_the_c_stream_decoder_agrees_with_python_on_damaged_blocked_streams(bits
     c_rans = entropy._rans
 
     def both(data: bytes):
+        """The C decoder (with and without BMI2) and the Python one."""
         results = []
         for module in (c_rans, None):
             monkeypatch.setattr(entropy, "_rans", module)
@@ -121,18 +122,25 @@ def test_the_c_stream_decoder_agrees_with_python_on_damaged_blocked_streams(bits
             except FormatError:
                 results.append(None)
         monkeypatch.setattr(entropy, "_rans", c_rans)
+        plain = np.empty(len(x), dtype=f"<u{entropy._width(t)}")
+        try:
+            c_rans.decode_stream(data, len(x), entropy._width(t), t.bits, plain, False)
+            results.append(plain)
+        except ValueError:
+            results.append(None)
         return results
 
-    c, py = both(stream)
-    assert np.array_equal(c, x) and np.array_equal(py, x)
+    c, py, plain = both(stream)
+    assert np.array_equal(c, x) and np.array_equal(py, x) and np.array_equal(plain, x)
     rng = np.random.default_rng(7)
     for _ in range(40):
         damaged = bytearray(stream)
         damaged[rng.integers(len(damaged))] ^= 1 << rng.integers(8)
-        c, py = both(bytes(damaged))
-        assert (c is None) == (py is None) and (c is None or np.array_equal(c, py))
+        c, py, plain = both(bytes(damaged))
+        assert (c is None) == (py is None) == (plain is None)
+        assert c is None or (np.array_equal(c, py) and np.array_equal(c, plain))
     for cut in rng.integers(1, len(stream), 10):
-        assert both(stream[:cut]) == [None, None]
+        assert both(stream[:cut]) == [None, None, None]
 
 
 def test_hostile_models_are_refused():
@@ -267,17 +275,19 @@ def test_damaged_wide_streams_fail_alike_in_every_decoder(bits, monkeypatch):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mprotect through ctypes")
+@pytest.mark.parametrize("wide", [True, False])
 @pytest.mark.parametrize("bits", [4, 8, 16, 32])
-def test_wide_kernels_read_nothing_past_a_damaged_stream(bits, monkeypatch):
+def test_kernels_read_nothing_past_a_damaged_stream(bits, wide, monkeypatch):
     """Each damaged or cut stream ends just before a page that may not be
-    read: a kernel reading past it would crash the test process."""
+    read: a kernel reading past it (the wide ones, or the four-state
+    batches' unchecked loads) would crash the test process."""
     libc = ctypes.CDLL(None)
     libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     page = mmap.PAGESIZE
-    monkeypatch.setattr(entropy, "WIDE_MIN", 32)
+    monkeypatch.setattr(entropy, "WIDE_MIN", 32 if wide else 1 << 30)
     t, x = Field(bits), values("bell", 3000, bits, seed=13)
     stream = Ans().encode(x, t)
-    assert stream[0] & entropy.WIDE
+    assert bool(stream[0] & entropy.WIDE) == wide
     rng = np.random.default_rng(14)
     for trial in range(30):
         data = bytearray(stream)
