@@ -219,9 +219,9 @@ _BUFFERS: dict[tuple[str, int], object] = {}  # per process: (archive, file inde
 
 class IntoMemory:
     """A sink for brevis.codec.chunks.run_jobs: a file's decoded chunks are
-    copied into one buffer of the file's size, in the process that decodes
-    them (allocated there on first use: with worker processes each touches
-    only the pages of its own chunks). Damage raises, as when decompressing.
+    decoded into (or copied into) one buffer of the file's size, in the
+    process that decodes them (allocated there on first use: with worker
+    processes each touches only the pages of its own chunks). Damage raises, as when decompressing.
     Not a CheckOnly, so no chunk is skipped as a repeat of one checked."""
 
     keeps_going = False
@@ -237,6 +237,11 @@ class IntoMemory:
         if buf is None:
             buf = _BUFFERS[key] = np.empty(self.size, np.uint8)
         return buf
+
+    def buffer(self, buf, offset: int, length: int):
+        """Where a chunk's bytes go: a chunk that one leaf codes decodes
+        straight into them (brevis.codec.chunks.run_job)."""
+        return buf[offset: offset + length]
 
     def put(self, buf, data, offset: int):
         # memoryview assignment is a memcpy; numpy's own copy into pages not

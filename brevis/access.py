@@ -265,11 +265,15 @@ class Archive(Mapping):
             out = np.empty(s.length, np.uint8)
         except MemoryError:
             raise InvalidArgument(f"tensor {name!r} is {s.length} bytes: not enough memory to hold it") from None
+        from .codec.chunks import READ_WINDOW
+
         pos = 0
-        for chunk in s.chunks:
-            data = self._decoder.decode(s, chunk, pos)
-            out[pos:pos + len(data)] = data
-            pos += len(data)
+        for w in range(0, len(s.chunks), READ_WINDOW):  # each chunk decodes into its place
+            window = s.chunks[w:w + READ_WINDOW]
+            for chunk, stored in zip(window, self._reader.read_runs(window)):
+                n = chunk.n * s.itemsize
+                self._decoder.decode(s, chunk, pos, out[pos:pos + n], stored)
+                pos += n
         return s, out
 
     def tensor(self, name: str, framework: str = "np", device: str = "cpu"):

@@ -216,7 +216,15 @@ def streams_of(archive: Path, file: str, name: str) -> list[tuple[int, int]]:
 
 
 def inside(ranges, allowed) -> bool:
-    return all(any(a <= off and off + ln <= a + n for a, n in allowed) for off, ln in ranges)
+    """Every range read lies inside the allowed ones (streams that lie back
+    to back count as one: they are read with one pread)."""
+    merged: list[list[int]] = []
+    for a, n in sorted(allowed):
+        if merged and merged[-1][0] + merged[-1][1] == a:
+            merged[-1][1] += n
+        else:
+            merged.append([a, n])
+    return all(any(a <= off and off + ln <= a + n for a, n in merged) for off, ln in ranges)
 
 
 def test_one_tensor_reads_only_its_streams(many, monkeypatch):
@@ -238,6 +246,44 @@ def test_one_tensor_reads_only_its_streams(many, monkeypatch):
             assert x.nbytes == ckpt.info(name)["original_bytes"]
             rec.take()
         assert sum(n for _, n in streams_of(archive, "model.safetensors", "blocks.5.weight")) < size / 100
+
+
+def test_a_damaged_stream_read_in_place_is_an_error(tmp_path):
+    """Chunks that one leaf codes decode straight into the tensor's array;
+    a flipped byte in any of a tensor's streams is still a BrevisError, and
+    the other tensors read as before."""
+    from brevis.errors import BrevisError
+
+    rng = np.random.default_rng(3)
+    weights = (rng.standard_normal(300_000) * 0.02).astype(np.float32)
+    other = rng.standard_normal(1000).astype(np.float32)
+    write_safetensors(tmp_path / "m.safetensors", {"w": ("F32", (300_000,), weights.tobytes()),
+                                                   "other": ("F32", (1000,), other.tobytes())})
+    archive = tmp_path / "m.brv"
+    brevis.compress([tmp_path / "m.safetensors"], archive, threads=1)
+    with brevis.open(archive) as ckpt:
+        assert "ans" in ckpt.info("w")["programs"], ckpt.info("w")["programs"]
+        assert ckpt["w"].tobytes() == weights.tobytes()
+    data = archive.read_bytes()
+    for off, n in streams_of(archive, "m.safetensors", "w"):
+        for at in rng.integers(off, off + n, 4):
+            damaged = bytearray(data)
+            damaged[at] ^= 1 << int(rng.integers(8))
+            path = tmp_path / "damaged.brv"
+            path.write_bytes(bytes(damaged))
+            with brevis.open(path) as ckpt:
+                with pytest.raises(BrevisError):
+                    ckpt["w"]
+                assert ckpt["other"].tobytes() == other.tobytes()
+
+
+def test_runs_of_streams_read_as_one_give_each_chunks_streams(many):
+    with ArchiveReader(many[1]) as r:
+        chunks = [c for f in r.index.files for s in f.segments for c in s.chunks]
+        for most in (1, 1 << 12, 1 << 30):
+            runs = r.read_runs(chunks, most)
+            assert [[bytes(v) for v in got] for got in runs] == \
+                [[bytes(v) for v in r._stored(c.streams)] for c in chunks]
 
 
 def test_ls_decodes_nothing(many, monkeypatch):

@@ -25,6 +25,9 @@ from .schema import paused_gc
 # checking its index again (24 ms for pocketnet-v3's 1,100 tensors). Only
 # for indexes up to CACHED_INDEX_BYTES of JSON, so little is kept alive.
 CACHED_INDEX_BYTES = 16 << 20
+# read_runs: the most stored bytes one pread brings in for a run of chunks
+# (a job's chunks: 1 MiB of original bytes on threads, 4 MiB in workers).
+READ_RUN_BYTES = 8 << 20
 _last_index: tuple[Footer, Index] | None = None
 
 
@@ -104,25 +107,70 @@ class ArchiveReader:
             data += more
         return data
 
-    def decode_chunk(self, seg: SegmentEntry, chunk: Chunk, reference: np.ndarray | None = None) -> np.ndarray:
+    def decode_chunk(self, seg: SegmentEntry, chunk: Chunk, reference: np.ndarray | None = None,
+                     into: np.ndarray | None = None, stored: list[memoryview] | None = None) -> np.ndarray:
         """The original bytes of one chunk (uint8), checked against its digest.
 
         `reference`: the base tensor's elements at the chunk's positions, for
-        a chunk coded against a base."""
-        streams = self._stored(chunk.streams)
+        a chunk coded against a base. `into`: a writable uint8 array of the
+        chunk's length to decode into (returned; its bytes are undefined if
+        this raises). `stored`: the chunk's streams, read already (read_runs)."""
+        streams = self._stored(chunk.streams) if stored is None else stored
         for k, ((off, _, crc), data) in enumerate(zip(chunk.streams, streams)):
             if self.stream_check(data) != crc:
                 raise ChecksumError(f"segment {seg.name!r}: stream {k} at offset {off} is damaged")
+        target = None
+        if into is not None:
+            if len(into) != chunk.n * seg.itemsize:
+                raise ValueError("decode_chunk: `into` is not the chunk's length")
+            target = into.view(seg.value_type.container)
         try:
-            values = decode(seg.programs[chunk.program], seg.value_type, chunk.n, streams, reference)
+            values = decode(seg.programs[chunk.program], seg.value_type, chunk.n, streams, reference, target)
         except BrevisError:
             raise
         except (ValueError, TypeError, IndexError, OverflowError, MemoryError) as e:
             raise FormatError(f"segment {seg.name!r}: a stream does not decode ({e})") from None
-        data = values.view(np.uint8)
+        data = values.view(np.uint8) if into is None else into
         if self.chunk_digest(data) != chunk.digest:
             raise ChecksumError(f"segment {seg.name!r}: decoded bytes do not match their checksum")
         return data
+
+    def read_runs(self, chunks: list[Chunk], most: int = READ_RUN_BYTES) -> list[list[memoryview]]:
+        """The stored streams of each of these chunks, as _stored gives them,
+        read with one pread per run of streams that lie back to back in the
+        archive (the usual case for a file's consecutive chunks), a run
+        holding at most `most` bytes unless one stream is longer."""
+        out: list[list[memoryview]] = []
+        run: list[Chunk] = []
+        first = end = 0
+
+        def flush() -> None:
+            if not run:
+                return
+            whole = memoryview(self.read(first, end - first))
+            out.extend([whole[off - first:off - first + n] for off, n, _ in c.streams] for c in run)
+            run.clear()
+
+        for c in chunks:
+            if not c.streams:
+                flush()
+                out.append([])
+                continue
+            lo = c.streams[0][0]
+            hi = c.streams[-1][0] + c.streams[-1][1]
+            contiguous = all(a[0] + a[1] == b[0] for a, b in zip(c.streams, c.streams[1:]))
+            if not contiguous:
+                flush()
+                out.append(self._stored(c.streams))
+                continue
+            if run and (lo != end or hi - first > most):
+                flush()
+            if not run:
+                first = lo
+            run.append(c)
+            end = hi
+        flush()
+        return out
 
     def _stored(self, located: list[tuple[int, int, int]]) -> list[memoryview]:
         """The stored bytes of streams; those written back to back (the usual

@@ -5,7 +5,9 @@
 - Sinks: `WriteInPlace` (decompress: into the staged file, created at its
   full size, so jobs need no order among themselves), `CompareWith`
   (verify against the source file) and `CheckOnly` (verify: checksums
-  alone). A writer stops at the first damaged chunk (it raises); the
+  alone). A sink in memory may also offer `buffer(handle, offset,
+  length)`: a writable uint8 array where those bytes go (or None), into
+  which a chunk decodes in place instead of being put. A writer stops at the first damaged chunk (it raises); the
   others report every problem and go on.
 - `run_jobs` runs the jobs on any executor, inline, on a thread pool or in
   worker processes, and yields their results in order; `executing` is the
@@ -101,14 +103,15 @@ class ChunkDecoder:
             placed = self._placed[file] = self.reader.index.files[file].placements()
         return placed
 
-    def decode(self, seg, chunk, start: int):
-        """The original bytes (uint8) of one chunk starting `start` bytes into its segment."""
+    def decode(self, seg, chunk, start: int, into=None, stored=None):
+        """The original bytes (uint8) of one chunk starting `start` bytes into
+        its segment; `into` and `stored` as ArchiveReader.decode_chunk's."""
         reference = None
         if seg.programs[chunk.program].uses_reference:
             t = self.tensors[id(seg)]
             ref = t.read(start, chunk.n * seg.itemsize)
             reference = np.frombuffer(ref, dtype=seg.value_type.container)
-        return self.reader.decode_chunk(seg, chunk, reference)
+        return self.reader.decode_chunk(seg, chunk, reference, into, stored)
 
     def in_file_order(self, entry) -> list:
         """What rebuilds a file front to back: (segment, chunk, start) to
@@ -169,6 +172,11 @@ THREAD_JOB_BYTES = 1 << 20
 # file (whole chunks, in order) and writes them in place itself, so no
 # decoded byte travels between processes.
 PROCESS_JOB_BYTES = 4 << 20
+# A job reads the stored streams of this many of its chunks at a time, with
+# one pread per run of them that lies back to back in the archive
+# (ArchiveReader.read_runs): a pread per chunk cost more than its copy on
+# small tensors, and a window bounds what is held.
+READ_WINDOW = 256
 
 
 @dataclass(frozen=True)
@@ -373,41 +381,48 @@ def run_job(decoder: ChunkDecoder, job: DecodeJob) -> tuple[int, list[tuple[str 
     placed = decoder.placements(job.file)
     problems: list[tuple[str | None, str]] = []
     done, start, here = 0, job.start, job.chunks[0][0]
+    buffer = getattr(sink, "buffer", None)  # a sink in memory: chunks decode in their place
     try:
-        for s, c in job.chunks:
-            if s != here:
-                start, here = 0, s
-            seg = segments[s]
-            chunk = seg.chunks[c]
-            length = chunk.n * seg.itemsize
-            key = None
-            if isinstance(sink, CheckOnly) and not seg.programs[chunk.program].uses_reference:
-                key = (seg.programs[chunk.program], seg.value_type, chunk.n, tuple(chunk.streams), chunk.digest)
-                found = decoder.checked.get(key, decoder.checked.get((key, seg.name), _UNSEEN))
-                if found is not _UNSEEN:
-                    if found is not None:
-                        problems.append((seg.name, found))
-                    done += length
-                    start += length
-                    continue
-            try:
-                data = decoder.decode(seg, chunk, start)
-            except BrevisError as e:
-                if not sink.keeps_going:
-                    raise
-                problems.append((seg.name, str(e)))
-                if key is not None:
-                    decoder.checked[(key, seg.name)] = str(e)
-            else:
-                problem = None
-                for at, within, n in pieces(placed[s], start, length):
-                    problem = sink.put(handle, data[within:within + n] if n != length else data, at) or problem
-                if problem is not None:
-                    problems.append((seg.name, problem))
-                elif key is not None:
-                    decoder.checked[key] = None
-            done += length
-            start += length
+        for w in range(0, len(job.chunks), READ_WINDOW):
+            window = job.chunks[w:w + READ_WINDOW]
+            stored = decoder.reader.read_runs([segments[s].chunks[c] for s, c in window])
+            for (s, c), streams in zip(window, stored):
+                if s != here:
+                    start, here = 0, s
+                seg = segments[s]
+                chunk = seg.chunks[c]
+                length = chunk.n * seg.itemsize
+                key = None
+                if isinstance(sink, CheckOnly) and not seg.programs[chunk.program].uses_reference:
+                    key = (seg.programs[chunk.program], seg.value_type, chunk.n, tuple(chunk.streams), chunk.digest)
+                    found = decoder.checked.get(key, decoder.checked.get((key, seg.name), _UNSEEN))
+                    if found is not _UNSEEN:
+                        if found is not None:
+                            problems.append((seg.name, found))
+                        done += length
+                        start += length
+                        continue
+                parts = pieces(placed[s], start, length)
+                into = buffer(handle, parts[0][0], length) if buffer is not None and len(parts) == 1 else None
+                try:
+                    data = decoder.decode(seg, chunk, start, into, streams)
+                except BrevisError as e:
+                    if not sink.keeps_going:
+                        raise
+                    problems.append((seg.name, str(e)))
+                    if key is not None:
+                        decoder.checked[(key, seg.name)] = str(e)
+                else:
+                    problem = None
+                    if into is None:
+                        for at, within, n in parts:
+                            problem = sink.put(handle, data[within:within + n] if n != length else data, at) or problem
+                    if problem is not None:
+                        problems.append((seg.name, problem))
+                    elif key is not None:
+                        decoder.checked[key] = None
+                done += length
+                start += length
     finally:
         sink.close(handle)
     return done, problems

@@ -61,15 +61,25 @@ def _encode(program: Program, x: np.ndarray, t: Field, streams: list[bytes], ref
 
 
 def decode(program: Program, t: Field, n: int, streams: Sequence[memoryview],
-           reference: np.ndarray | None = None) -> np.ndarray:
+           reference: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
     """Rebuild n elements of type t from the streams of a checked program
-    (and the base tensor's elements, for a program coded against a base)."""
+    (and the base tensor's elements, for a program coded against a base).
+    `out`: n elements of t's container to rebuild them in (a program that
+    is one leaf decodes straight into it); returned."""
     cursor = [0]
-    out = _decode(program, t, n, streams, cursor, reference)
+    if out is not None and isinstance(program.node, Coder):
+        if len(streams) != 1:
+            raise FormatError(f"program reads 1 of {len(streams)} streams")
+        program.node.decode_into(streams[0], n, t, out)
+        return out
+    value = _decode(program, t, n, streams, cursor, reference)
     if cursor[0] != len(streams):
         raise FormatError(f"program read {cursor[0]} of {len(streams)} streams")
-    if out.dtype != t.container or out.shape != (n,):
+    if value.dtype != t.container or value.shape != (n,):
         raise FormatError("program produced a value of the wrong shape")
+    if out is None:
+        return value
+    out[:] = value
     return out
 
 

@@ -160,6 +160,12 @@ class Coder(Production):
         """Exactly n elements in t's container, or FormatError."""
         raise NotImplementedError
 
+    def decode_into(self, data: memoryview, n: int, t: Field, out: np.ndarray) -> None:
+        """decode() into `out` (n elements of t's container, writable): a
+        chunk's bytes go straight to their place where a leaf alone codes
+        them. By default decoded, then copied."""
+        out[:] = self.decode(data, n, t)
+
     def estimate(self, x: np.ndarray, t: Field) -> tuple[int, int]:
         """(stream bytes, fixed_bytes of them) that encode(x, t) would give:
         the search's cost of this leaf. Exact by default; a coder whose
