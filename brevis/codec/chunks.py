@@ -156,13 +156,12 @@ class ChunkDecoder:
 # Archives of fewer original bytes are decoded on the thread pool: starting
 # worker processes costs more than it saves (the same bound as compress).
 PROCESS_MIN_BYTES = 32 << 20
-# Below PROCESS_MIN_BYTES a thread pool pays only where chunks are large:
-# numpy and zstd then work without the GIL, while on many small chunks the
-# threads queue for it. Measured, 2 threads against one, MB/s: voicefilter
-# (276 KB a chunk) 599 vs 411, minilm-int8 (78 KB) 358 vs 218, resemblyzer
-# (251 KB) 247 vs 221, deepfilternet3 (67 KB) 133 vs 125; but ppocr (35 KB)
-# 171 vs 197, pocketnet (22 KB) 102 vs 123, taesd (17 KB) 122 vs 149.
-POOL_CHUNK_BYTES = 64 << 10
+# Below PROCESS_MIN_BYTES a thread pool pays wherever there are two jobs or
+# more to share: the `ans` kernel, the reads and the digests run without the
+# GIL, and a chunk coded by one leaf costs little Python besides. Measured
+# (2026-12-02, in memory, best of 6), 2 threads against one: taesd (34 KiB a
+# chunk) 1.43x, pocketnet (43 KiB) 1.25x, ppocr (68 KiB) 1.29x, silero 1.12x,
+# resemblyzer 1.41x, voicefilter 1.74x; fracast (0.5 MB, one job) 0.63x.
 # A job for the thread pool decodes whole chunks of one file, in order, until
 # it holds at least this many original bytes: most chunks of a checkpoint are
 # small tensors, and a job of one of them costs more in thread switches than
@@ -207,13 +206,12 @@ def workers_may_decode(index) -> bool:
 
 def _threads_for(threads: int, index, processes: bool | None) -> int:
     """Threads for an archive decoded without worker processes: below
-    PROCESS_MIN_BYTES, one unless its chunks average POOL_CHUNK_BYTES or
-    more, or processes=False asks for the pool."""
+    PROCESS_MIN_BYTES, one where it makes a single thread job (under
+    2 * THREAD_JOB_BYTES), or processes=False asks for the pool."""
     total = index.original_bytes
     if processes is not None or total >= PROCESS_MIN_BYTES:
         return threads
-    chunks = sum(len(s.chunks) for f in index.files for s in f.segments)
-    return threads if chunks and total >= POOL_CHUNK_BYTES * chunks else 1
+    return threads if total >= 2 * THREAD_JOB_BYTES else 1
 
 
 @contextmanager
@@ -225,7 +223,7 @@ def executing(index, threads: int, processes: bool | None = None,
     shuts down, used unless the archive is coded against a base. Else
     decode_workers decides, and the processes it opens are shut down on
     the way out (queued jobs dropped: Ctrl-C, errors); without them, small
-    archives of small chunks run on one thread (_threads_for). A `base`
+    archives of one job run on one thread (_threads_for). A `base`
     given by the caller is open here only: threads then."""
     if base is not None:
         processes, executor = False, None
