@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import zstandard
 
+from ..dsl.entropy import batchable, decode_batch
 from ..dsl.interpreter import decode
 from ..errors import BrevisError, ChecksumError, FormatError, InvalidArgument, IOFailure, TruncatedError
 from .format import FOOTER_SIZE, HEADER_SIZE, Footer, check_header, chunk_digester, index_digest, max_entries, stream_checker
@@ -134,6 +135,48 @@ class ArchiveReader:
         if self.chunk_digest(data) != chunk.digest:
             raise ChecksumError(f"segment {seg.name!r}: decoded bytes do not match their checksum")
         return data
+
+    def decode_chunks(self, items) -> list[np.ndarray]:
+        """decode_chunk for each (segment, chunk, reference, into, stored) in
+        order, raising at the first damaged one. Runs of chunks that one
+        `ans` leaf codes (without a base) decode in one call that releases
+        the GIL once (entropy.decode_batch): decoding threads otherwise hand
+        it over at every small chunk."""
+        out: list = []
+        batch: list = []  # (position in out, segment, chunk, stream, target) awaiting decoding
+
+        def flush() -> None:
+            if not batch:
+                return
+            try:
+                decode_batch([(stream, chunk.n, seg.value_type, target) for _, seg, chunk, stream, target in batch])
+            except FormatError as e:
+                seg = batch[e.position][1]
+                raise FormatError(f"segment {seg.name!r}: a stream does not decode ({e})") from None
+            for pos, seg, chunk, _, target in batch:
+                data = target.view(np.uint8)
+                if self.chunk_digest(data) != chunk.digest:
+                    raise ChecksumError(f"segment {seg.name!r}: decoded bytes do not match their checksum")
+                out[pos] = data
+            batch.clear()
+
+        for seg, chunk, reference, into, stored in items:
+            program = seg.programs[chunk.program]
+            t = seg.value_type
+            target = None if into is None or len(into) != chunk.n * seg.itemsize else into.view(t.container)
+            if (reference is None and chunk.n and not program.children and len(chunk.streams) == 1
+                    and (into is None or target is not None) and batchable(program.node, t, target)):
+                streams = self._stored(chunk.streams) if stored is None else stored
+                (off, _, crc), data = chunk.streams[0], streams[0]
+                if self.stream_check(data) != crc:
+                    raise ChecksumError(f"segment {seg.name!r}: stream 0 at offset {off} is damaged")
+                batch.append((len(out), seg, chunk, data, np.empty(chunk.n, t.container) if target is None else target))
+                out.append(None)
+                continue
+            flush()
+            out.append(self.decode_chunk(seg, chunk, reference, into, stored))
+        flush()
+        return out
 
     def read_runs(self, chunks: list[Chunk], most: int = READ_RUN_BYTES) -> list[list[memoryview]]:
         """The stored streams of each of these chunks, as _stored gives them,

@@ -113,6 +113,18 @@ class ChunkDecoder:
             reference = np.frombuffer(ref, dtype=seg.value_type.container)
         return self.reader.decode_chunk(seg, chunk, reference, into, stored)
 
+    def decode_many(self, items) -> list:
+        """decode() for each (segment, chunk, start, into, stored), in order
+        (ArchiveReader.decode_chunks: small chunks decode in batches)."""
+        work = []
+        for seg, chunk, start, into, stored in items:
+            reference = None
+            if seg.programs[chunk.program].uses_reference:
+                t = self.tensors[id(seg)]
+                reference = np.frombuffer(t.read(start, chunk.n * seg.itemsize), dtype=seg.value_type.container)
+            work.append((seg, chunk, reference, into, stored))
+        return self.reader.decode_chunks(work)
+
     def in_file_order(self, entry) -> list:
         """What rebuilds a file front to back: (segment, chunk, start) to
         decode, or bytes already decoded (the spans of its gathered
@@ -374,55 +386,105 @@ def run_job(decoder: ChunkDecoder, job: DecodeJob) -> tuple[int, list[tuple[str 
         handle = sink.open()
     except Unreadable as e:
         return 0, [(None, str(e))]
-    entry = decoder.reader.index.files[job.file]
-    segments = entry.segments
-    placed = decoder.placements(job.file)
-    problems: list[tuple[str | None, str]] = []
-    done, start, here = 0, job.start, job.chunks[0][0]
-    buffer = getattr(sink, "buffer", None)  # a sink in memory: chunks decode in their place
     try:
-        for w in range(0, len(job.chunks), READ_WINDOW):
-            window = job.chunks[w:w + READ_WINDOW]
-            stored = decoder.reader.read_runs([segments[s].chunks[c] for s, c in window])
-            for (s, c), streams in zip(window, stored):
-                if s != here:
-                    start, here = 0, s
-                seg = segments[s]
-                chunk = seg.chunks[c]
-                length = chunk.n * seg.itemsize
-                key = None
-                if isinstance(sink, CheckOnly) and not seg.programs[chunk.program].uses_reference:
-                    key = (seg.programs[chunk.program], seg.value_type, chunk.n, tuple(chunk.streams), chunk.digest)
-                    found = decoder.checked.get(key, decoder.checked.get((key, seg.name), _UNSEEN))
-                    if found is not _UNSEEN:
-                        if found is not None:
-                            problems.append((seg.name, found))
-                        done += length
-                        start += length
-                        continue
-                parts = pieces(placed[s], start, length)
-                into = buffer(handle, parts[0][0], length) if buffer is not None and len(parts) == 1 else None
-                try:
-                    data = decoder.decode(seg, chunk, start, into, streams)
-                except BrevisError as e:
-                    if not sink.keeps_going:
-                        raise
-                    problems.append((seg.name, str(e)))
-                    if key is not None:
-                        decoder.checked[(key, seg.name)] = str(e)
-                else:
-                    problem = None
-                    if into is None:
-                        for at, within, n in parts:
-                            problem = sink.put(handle, data[within:within + n] if n != length else data, at) or problem
-                    if problem is not None:
-                        problems.append((seg.name, problem))
-                    elif key is not None:
-                        decoder.checked[key] = None
-                done += length
-                start += length
+        if sink.keeps_going:
+            return _check_job(decoder, job, handle)
+        return _write_job(decoder, job, handle)
     finally:
         sink.close(handle)
+
+
+def _job_chunks(decoder: ChunkDecoder, job: DecodeJob) -> list[tuple[int, object, object, int]]:
+    """(segment position, segment, chunk, the chunk's offset in its segment) for each chunk of a job."""
+    segments = decoder.reader.index.files[job.file].segments
+    out, start, here = [], job.start, job.chunks[0][0]
+    for s, c in job.chunks:
+        if s != here:
+            start, here = 0, s
+        seg = segments[s]
+        chunk = seg.chunks[c]
+        out.append((s, seg, chunk, start))
+        start += chunk.n * seg.itemsize
+    return out
+
+
+def _windows(decoder: ChunkDecoder, job: DecodeJob):
+    """The job's chunks (_job_chunks), READ_WINDOW at a time, each window
+    with its chunks' stored streams (read_runs)."""
+    chunks = _job_chunks(decoder, job)
+    for w in range(0, len(chunks), READ_WINDOW):
+        window = chunks[w:w + READ_WINDOW]
+        yield window, decoder.reader.read_runs([chunk for _, _, chunk, _ in window])
+
+
+def _put(sink: Sink, handle, data, parts, length: int) -> str | None:
+    """A chunk's bytes into the sink, a piece at a time (pieces); the last problem found, or None."""
+    problem = None
+    for at, within, n in parts:
+        problem = sink.put(handle, data[within:within + n] if n != length else data, at) or problem
+    return problem
+
+
+def _write_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list[tuple[str | None, str]]]:
+    """A writer's job: each window of chunks read at once and decoded in
+    batches (decode_many), into the sink's memory where it offers it
+    (`buffer`), else put; raises at the first damage."""
+    sink = job.sink
+    buffer = getattr(sink, "buffer", None)
+    placed = decoder.placements(job.file)
+    problems: list[tuple[str | None, str]] = []
+    done = 0
+    for window, stored in _windows(decoder, job):
+        work, where = [], []
+        for (s, seg, chunk, start), streams in zip(window, stored):
+            length = chunk.n * seg.itemsize
+            parts = pieces(placed[s], start, length)
+            into = buffer(handle, parts[0][0], length) if buffer is not None and len(parts) == 1 else None
+            work.append((seg, chunk, start, into, streams))
+            where.append(parts)
+        for (seg, chunk, _, into, _), parts, data in zip(work, where, decoder.decode_many(work)):
+            length = chunk.n * seg.itemsize
+            done += length
+            if into is not None:
+                continue  # decoded in its place
+            problem = _put(sink, handle, data, parts, length)
+            if problem is not None:
+                problems.append((seg.name, problem))
+    return done, problems
+
+
+def _check_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list[tuple[str | None, str]]]:
+    """A checker's job (verify): every chunk decoded on its own, every
+    problem reported; a chunk that repeats one checked (same program,
+    length, streams and digest) is not decoded again (CheckOnly)."""
+    sink = job.sink
+    placed = decoder.placements(job.file)
+    problems: list[tuple[str | None, str]] = []
+    done = 0
+    for window, stored in _windows(decoder, job):
+        for (s, seg, chunk, start), streams in zip(window, stored):
+            length = chunk.n * seg.itemsize
+            done += length
+            key = None
+            if isinstance(sink, CheckOnly) and not seg.programs[chunk.program].uses_reference:
+                key = (seg.programs[chunk.program], seg.value_type, chunk.n, tuple(chunk.streams), chunk.digest)
+                found = decoder.checked.get(key, decoder.checked.get((key, seg.name), _UNSEEN))
+                if found is not _UNSEEN:
+                    if found is not None:
+                        problems.append((seg.name, found))
+                    continue
+            try:
+                data = decoder.decode(seg, chunk, start, None, streams)
+            except BrevisError as e:
+                problems.append((seg.name, str(e)))
+                if key is not None:
+                    decoder.checked[(key, seg.name)] = str(e)
+                continue
+            problem = _put(sink, handle, data, pieces(placed[s], start, length), length)
+            if problem is not None:
+                problems.append((seg.name, problem))
+            elif key is not None:
+                decoder.checked[key] = None
     return done, problems
 
 

@@ -442,6 +442,36 @@ class Ans(Coder):
         return out if out.dtype == t.container else out.astype(t.container)
 
 
+def batchable(node, t: Field, out: np.ndarray | None) -> bool:
+    """Whether a chunk that the leaf `node` codes alone can join
+    decode_batch, into `out` (or into a new array where None)."""
+    if _rans is None or not isinstance(node, Ans) or t.bits > MAX_BITS:
+        return False
+    dtype = np.dtype(f"<u{_width(t)}")
+    if t.container != dtype:
+        return False
+    return out is None or (out.dtype == dtype and out.flags.c_contiguous and out.flags.aligned and out.flags.writeable)
+
+
+def decode_batch(items: list[tuple[memoryview, int, Field, np.ndarray]]) -> None:
+    """Ans().decode_into for each (stream, n, t, out) of items that
+    batchable() accepted, in one call that releases the GIL once for all
+    (threads decoding many small chunks hand it over less). FormatError
+    names the first that does not decode, with its position (.position)."""
+    calls = []
+    for data, n, t, out in items:
+        if not len(data):
+            error = FormatError("ans stream: empty")
+            error.position = len(calls)
+            raise error
+        calls.append((data, n, _width(t), t.bits, out))
+    failed = _rans.decode_streams(calls)
+    if failed is not None:
+        error = FormatError(f"ans stream: {failed[1]}")
+        error.position = failed[0]
+        raise error
+
+
 def _encode_py(rank, values, width, freq, cum, lower, obits, p, lanes=LANES) -> tuple[bytes, bytes]:
     """The C encoder's algorithm in Python (see _rans.c): value i in state i % lanes."""
     rank, values = rank.tolist(), values.tolist()

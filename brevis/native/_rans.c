@@ -1242,6 +1242,48 @@ static PyObject *rans_decode_stream(PyObject *self, PyObject *args) {
     return NULL;
 }
 
+/* decode_streams(items) -> None or (k, message): decode_stream for each
+ * (stream, n, width, bits, out) of a list, the GIL released once for all of
+ * them: threads decoding many small chunks otherwise hand the GIL over at
+ * every one. Stops at the first stream that does not decode: its position
+ * in the list and what is wrong. Bad arguments raise as decode_stream's. */
+static PyObject *rans_decode_streams(PyObject *self, PyObject *args) {
+    PyObject *list;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(list);
+    typedef struct { buf_t b[2]; Py_ssize_t n; int width, bits; } item_t;
+    item_t *items = PyMem_Calloc(count ? count : 1, sizeof(item_t));
+    if (!items) return PyErr_NoMemory();
+    PyObject *result = NULL;
+    Py_ssize_t k = 0;
+    for (; k < count; k++) {
+        PyObject *o[2];
+        item_t *it = &items[k];
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(list, k), "OniiO", &o[0], &it->n, &it->width, &it->bits, &o[1])) goto done;
+        if ((it->width != 1 && it->width != 2 && it->width != 4) || it->bits < 1 || it->bits > 8 * it->width || it->n < 1) {
+            PyErr_SetString(PyExc_ValueError, "width must be 1, 2 or 4, bits in 1..8*width, n >= 1");
+            goto done;
+        }
+        if (take(o[0], &it->b[0], 0, "stream") < 0 || take(o[1], &it->b[1], 1, "out") < 0) goto done;
+        if (it->b[1].v.len != it->n * it->width) { PyErr_SetString(PyExc_ValueError, "output has the wrong size"); goto done; }
+    }
+    const char *error = NULL;
+    Py_ssize_t failed = -1;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t j = 0; j < count && !error; j++) {
+        item_t *it = &items[j];
+        error = stream_decode(it->b[0].v.buf, it->b[0].v.len, it->n, it->width, it->bits, it->b[1].v.buf, 1);
+        if (error) failed = j;
+    }
+    Py_END_ALLOW_THREADS
+    if (error) result = Py_BuildValue("(ns)", failed, error);
+    else { Py_INCREF(Py_None); result = Py_None; }
+done:
+    for (Py_ssize_t j = 0; j < count && j <= k; j++) release(items[j].b, 2);
+    PyMem_Free(items);
+    return result;
+}
+
 /* counts(values, width) -> (sum of c * log2(c) over the distinct values, distinct)
  * for values of at most 16 bits: the plug-in entropy's parts, with no
  * 2^16 array per call (the search asks it of every sample value). */
@@ -1273,6 +1315,7 @@ static PyMethodDef methods[] = {
     {"trie_values", rans_trie_values, METH_VARARGS, "trie_values(values, width, shift, key_bits, bin_cost, node_cost)"},
     {"encode_block", rans_encode_block, METH_VARARGS, "encode_block(values, width, bits, bin_cost, node_cost, lanes=4) -> bytes"},
     {"decode_stream", rans_decode_stream, METH_VARARGS, "decode_stream(stream, n, width, bits, out, simd=1) -> None"},
+    {"decode_streams", rans_decode_streams, METH_VARARGS, "decode_streams([(stream, n, width, bits, out), ...]) -> None or (k, error)"},
     {"simd", rans_simd, METH_NOARGS, "simd() -> whether wide blocks decode with AVX2 here"},
     {NULL, NULL, 0, NULL},
 };

@@ -143,6 +143,50 @@ def test_damaged_archive_decompresses_to_nothing(small, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.brv"]
 
 
+@pytest.fixture(scope="module")
+def many_small(tmp_path_factory) -> tuple[Path, Path]:
+    """A checkpoint of 40 small F32 tensors, each one `ans` chunk: the
+    chunks a job decodes in one batch (entropy.decode_batch)."""
+    root = tmp_path_factory.mktemp("batch")
+    rng = np.random.default_rng(11)
+    src = root / "m.safetensors"
+    write_safetensors(src, {f"t{i}": ("F32", (3000,), (rng.standard_normal(3000) * 0.05).astype(np.float32).tobytes())
+                            for i in range(40)})
+    archive = root / "m.brv"
+    brevis.compress([src], archive, threads=1)
+    with ArchiveReader(archive) as reader:
+        programs = [str(seg.programs[c.program].node.id) for f in reader.index.files for seg in f.segments
+                    for c in seg.chunks if seg.name.startswith("t")]
+    assert programs.count("ans") >= 30, programs
+    return src, archive
+
+
+@pytest.mark.parametrize("which", [0, 17, 39])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_damaged_chunk_among_batched_ones_is_found(many_small, tmp_path, which, threads):
+    """Damage to any one of a run of batched chunks: decompress raises and
+    writes nothing; verify (which decodes chunk by chunk) names that tensor."""
+    src, archive = many_small
+    with ArchiveReader(archive) as reader:
+        seg = next(s for f in reader.index.files for s in f.segments if s.name == f"t{which}")
+        off, length, _ = seg.chunks[0].streams[0]
+    data = bytearray(archive.read_bytes())
+    for flip in (off + length // 2, off + length - 1):  # inside the stream: its check fails
+        damaged = bytearray(data)
+        damaged[flip] ^= 0x04
+        path = tmp_path / "bad.brv"
+        path.write_bytes(damaged)
+        with pytest.raises(BrevisError):
+            brevis.decompress(path, tmp_path / "out", threads=threads, processes=False)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.brv"]
+        report = brevis.verify(path, threads=1)
+        assert not report["ok"]
+        assert f"t{which}" in json.dumps(report)
+    out = tmp_path / "good"
+    brevis.decompress(archive, out, threads=threads, processes=False)
+    assert (out / "m.safetensors").read_bytes() == src.read_bytes()
+
+
 # ------------------------------------------------------------ crafted headers
 def test_newer_version_is_unsupported(small, tmp_path):
     _, _, data = small

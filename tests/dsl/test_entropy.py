@@ -308,3 +308,27 @@ def test_kernels_read_nothing_past_a_damaged_stream(bits, wide, monkeypatch):
                     pass
             view.release()
             libc.mprotect(base + (pages - 1) * page, page, 3)  # readable again before unmapping
+
+
+@pytest.mark.parametrize("bits", [8, 16, 32])
+def test_a_batch_decodes_as_each_stream_alone_and_names_a_damaged_one(bits):
+    """entropy.decode_batch (one call, the GIL released once) against
+    Ans().decode per stream; a stream that does not decode is named by its
+    position, whatever came before it."""
+    t = Field(bits)
+    xs = [values(kind, n, bits, seed=n) for kind, n in (("bell", 700), ("skewed", 3), ("uniform", 5000), ("bell", 1))]
+    streams = [Ans().encode(x, t) for x in xs]
+    outs = [np.empty(len(x), dtype=t.container) for x in xs]
+    assert all(entropy.batchable(Ans(), t, o) for o in outs)
+    entropy.decode_batch([(memoryview(s), len(x), t, o) for s, x, o in zip(streams, xs, outs)])
+    assert all(np.array_equal(o, x) for o, x in zip(outs, xs))
+    for bad in range(len(streams)):
+        damaged = list(streams)
+        damaged[bad] = damaged[bad][: len(damaged[bad]) // 2]  # cut: never decodes
+        with pytest.raises(FormatError) as info:
+            entropy.decode_batch([(memoryview(s), len(x), t, o) for s, x, o in zip(damaged, xs, outs)])
+        assert info.value.position == bad
+        with pytest.raises(FormatError):
+            Ans().decode(memoryview(damaged[bad]), len(xs[bad]), t)
+    with pytest.raises(ValueError):
+        entropy._rans.decode_streams([(streams[0], len(xs[0]) + 1, entropy._width(t), bits, outs[0])])
