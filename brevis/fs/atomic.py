@@ -70,7 +70,13 @@ def make_temp(parent: Path, name: str, folder: bool = False) -> tuple[Path, int]
         while True:
             if folder:
                 path = Path(tempfile.mkdtemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=parent))
-                fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+                except FileNotFoundError:
+                    # Another run's remove_stale took it before it was open and
+                    # locked (it looked older than that run's start): make another.
+                    path = None
+                    continue
             else:
                 fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=parent)
                 path = Path(tmp)

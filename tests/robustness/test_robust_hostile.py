@@ -346,6 +346,30 @@ def test_extract_never_replaces_an_output_made_meanwhile(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["a.brv", "src", "w.safetensors"]
 
 
+def test_a_staging_folder_removed_before_it_is_locked_is_made_again(tmp_path, monkeypatch):
+    """Another run's remove_stale may take a staging folder between its
+    mkdtemp and its lock (it looks older than that run's start): decompress
+    makes another instead of failing with 'No such file or directory'
+    (seen in test_concurrent_readers, 1 run in 30-60)."""
+    src = tmp_path / "w.safetensors"
+    write_safetensors(src, {"w": ("F32", (64,), np.arange(64, dtype=np.float32).tobytes())})
+    brevis.compress([src], tmp_path / "w.brv", threads=1)
+    real = atomic.tempfile.mkdtemp
+    taken = []
+
+    def cleaned_at_once(*a, **kw):
+        path = real(*a, **kw)
+        if not taken:
+            taken.append(path)
+            os.rmdir(path)  # what the other run's remove_stale does
+        return path
+
+    monkeypatch.setattr(atomic.tempfile, "mkdtemp", cleaned_at_once)
+    brevis.decompress(tmp_path / "w.brv", tmp_path / "out", threads=1)
+    assert taken and (tmp_path / "out" / "w.safetensors").read_bytes() == src.read_bytes()
+    assert sorted(os.listdir(tmp_path)) == ["out", "w.brv", "w.safetensors"]
+
+
 def test_move_new_without_hard_links(tmp_path, monkeypatch):
     """Where link() is not supported, renameat2(RENAME_NOREPLACE) does the same;
     where neither is, a clear error (never a silent replace)."""
