@@ -454,27 +454,31 @@ def _write_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list
 
 
 def _check_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list[tuple[str | None, str]]]:
-    """A checker's job (verify): every chunk decoded on its own, every
-    problem reported; a chunk that repeats one checked (same program,
-    length, streams and digest) is not decoded again (CheckOnly)."""
+    """A checker's job (verify): every problem reported, in order; a chunk
+    that repeats one checked (same program, length, streams and digest) is
+    not decoded again (CheckOnly). Each window is first decoded in batches
+    (decode_many); where that finds damage, its chunks are decoded one by
+    one, so that each problem is found and told."""
     sink = job.sink
     placed = decoder.placements(job.file)
     problems: list[tuple[str | None, str]] = []
     done = 0
     for window, stored in _windows(decoder, job):
-        for (s, seg, chunk, start), streams in zip(window, stored):
+        decoded = _decode_window(decoder, window, stored, isinstance(sink, CheckOnly))
+        for (s, seg, chunk, start), streams, data in zip(window, stored, decoded):
             length = chunk.n * seg.itemsize
             done += length
             key = None
             if isinstance(sink, CheckOnly) and not seg.programs[chunk.program].uses_reference:
-                key = (seg.programs[chunk.program], seg.value_type, chunk.n, tuple(chunk.streams), chunk.digest)
+                key = _repeat_key(seg, chunk)
                 found = decoder.checked.get(key, decoder.checked.get((key, seg.name), _UNSEEN))
                 if found is not _UNSEEN:
                     if found is not None:
                         problems.append((seg.name, found))
                     continue
             try:
-                data = decoder.decode(seg, chunk, start, None, streams)
+                if data is None:
+                    data = decoder.decode(seg, chunk, start, None, streams)
             except BrevisError as e:
                 problems.append((seg.name, str(e)))
                 if key is not None:
@@ -486,6 +490,36 @@ def _check_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list
             elif key is not None:
                 decoder.checked[key] = None
     return done, problems
+
+
+def _repeat_key(seg, chunk) -> tuple:
+    """What makes two chunks decode to the same bytes: program, value type,
+    length, streams and digest (CheckOnly decodes each such chunk once)."""
+    return (seg.programs[chunk.program], seg.value_type, chunk.n, tuple(chunk.streams), chunk.digest)
+
+
+def _decode_window(decoder: ChunkDecoder, window, stored, dedup: bool) -> list:
+    """A checker's window decoded in batches: per chunk its bytes, or None
+    where it is to be decoded on its own (a chunk that repeats one checked
+    already, one coded against a base, or every chunk of a window in which
+    a batch found damage)."""
+    out: list = [None] * len(window)
+    todo = []
+    for k, ((_, seg, chunk, start), streams) in enumerate(zip(window, stored)):
+        program = seg.programs[chunk.program]
+        if program.uses_reference:
+            continue
+        if dedup:
+            key = _repeat_key(seg, chunk)
+            if key in decoder.checked or (key, seg.name) in decoder.checked:
+                continue
+        todo.append((k, (seg, chunk, start, None, streams)))
+    try:
+        for (k, _), data in zip(todo, decoder.decode_many([item for _, item in todo])):
+            out[k] = data
+    except BrevisError:
+        return [None] * len(window)
+    return out
 
 
 _UNSEEN = object()

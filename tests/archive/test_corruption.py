@@ -187,6 +187,25 @@ def test_a_damaged_chunk_among_batched_ones_is_found(many_small, tmp_path, which
     assert (out / "m.safetensors").read_bytes() == src.read_bytes()
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_verify_tells_every_damaged_chunk_of_a_batch_in_order(many_small, tmp_path, threads):
+    """verify decodes a window in batches, and chunk by chunk where a batch
+    finds damage: each damaged tensor is reported once, in file order."""
+    src, archive = many_small
+    data = bytearray(archive.read_bytes())
+    with ArchiveReader(archive) as reader:
+        segs = {s.name: s for f in reader.index.files for s in f.segments}
+    for name in ("t30", "t5", "t12"):
+        off, length, _ = segs[name].chunks[0].streams[0]
+        data[off + length // 3] ^= 0x20
+    path = tmp_path / "bad.brv"
+    path.write_bytes(bytes(data))
+    report = brevis.verify(path, threads=threads)
+    assert not report["ok"]
+    assert [p["segment"] for p in report["problems"]] == ["t5", "t12", "t30"], report["problems"]
+    assert all("damaged" in p["error"] for p in report["problems"])
+
+
 # ------------------------------------------------------------ crafted headers
 def test_newer_version_is_unsupported(small, tmp_path):
     _, _, data = small
