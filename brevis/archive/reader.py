@@ -116,15 +116,8 @@ class ArchiveReader:
         a chunk coded against a base. `into`: a writable uint8 array of the
         chunk's length to decode into (returned; its bytes are undefined if
         this raises). `stored`: the chunk's streams, read already (read_runs)."""
-        streams = self._stored(chunk.streams) if stored is None else stored
-        for k, ((off, _, crc), data) in enumerate(zip(chunk.streams, streams)):
-            if self.stream_check(data) != crc:
-                raise ChecksumError(f"segment {seg.name!r}: stream {k} at offset {off} is damaged")
-        target = None
-        if into is not None:
-            if len(into) != chunk.n * seg.itemsize:
-                raise ValueError("decode_chunk: `into` is not the chunk's length")
-            target = into.view(seg.value_type.container)
+        streams = self._checked_streams(seg, chunk, stored)
+        target = self._target(seg, chunk, into)
         try:
             values = decode(seg.programs[chunk.program], seg.value_type, chunk.n, streams, reference, target)
         except BrevisError:
@@ -132,9 +125,29 @@ class ArchiveReader:
         except (ValueError, TypeError, IndexError, OverflowError, MemoryError) as e:
             raise FormatError(f"segment {seg.name!r}: a stream does not decode ({e})") from None
         data = values.view(np.uint8) if into is None else into
+        self._check_digest(seg, chunk, data)
+        return data
+
+    def _checked_streams(self, seg: SegmentEntry, chunk: Chunk, stored) -> list[memoryview]:
+        """A chunk's stored streams (read now unless `stored`), each matching its check."""
+        streams = self._stored(chunk.streams) if stored is None else stored
+        for k, ((off, _, crc), data) in enumerate(zip(chunk.streams, streams)):
+            if self.stream_check(data) != crc:
+                raise ChecksumError(f"segment {seg.name!r}: stream {k} at offset {off} is damaged")
+        return streams
+
+    @staticmethod
+    def _target(seg: SegmentEntry, chunk: Chunk, into) -> np.ndarray | None:
+        """`into` (a chunk's uint8 bytes) as the segment's values, or None without it."""
+        if into is None:
+            return None
+        if len(into) != chunk.n * seg.itemsize:
+            raise ValueError("decode_chunk: `into` is not the chunk's length")
+        return into.view(seg.value_type.container)
+
+    def _check_digest(self, seg: SegmentEntry, chunk: Chunk, data) -> None:
         if self.chunk_digest(data) != chunk.digest:
             raise ChecksumError(f"segment {seg.name!r}: decoded bytes do not match their checksum")
-        return data
 
     def decode_chunks(self, items) -> list[np.ndarray]:
         """decode_chunk for each (segment, chunk, reference, into, stored) in
@@ -155,22 +168,19 @@ class ArchiveReader:
                 raise FormatError(f"segment {seg.name!r}: a stream does not decode ({e})") from None
             for pos, seg, chunk, _, target in batch:
                 data = target.view(np.uint8)
-                if self.chunk_digest(data) != chunk.digest:
-                    raise ChecksumError(f"segment {seg.name!r}: decoded bytes do not match their checksum")
+                self._check_digest(seg, chunk, data)
                 out[pos] = data
             batch.clear()
 
         for seg, chunk, reference, into, stored in items:
             program = seg.programs[chunk.program]
             t = seg.value_type
-            target = None if into is None or len(into) != chunk.n * seg.itemsize else into.view(t.container)
+            target = self._target(seg, chunk, into)
             if (reference is None and chunk.n and not program.children and len(chunk.streams) == 1
-                    and (into is None or target is not None) and batchable(program.node, t, target)):
-                streams = self._stored(chunk.streams) if stored is None else stored
-                (off, _, crc), data = chunk.streams[0], streams[0]
-                if self.stream_check(data) != crc:
-                    raise ChecksumError(f"segment {seg.name!r}: stream 0 at offset {off} is damaged")
-                batch.append((len(out), seg, chunk, data, np.empty(chunk.n, t.container) if target is None else target))
+                    and batchable(program.node, t, target)):
+                streams = self._checked_streams(seg, chunk, stored)
+                target = np.empty(chunk.n, t.container) if target is None else target
+                batch.append((len(out), seg, chunk, streams[0], target))
                 out.append(None)
                 continue
             flush()

@@ -103,27 +103,24 @@ class ChunkDecoder:
             placed = self._placed[file] = self.reader.index.files[file].placements()
         return placed
 
+    def reference(self, seg, chunk, start: int) -> np.ndarray | None:
+        """The base tensor's elements at a chunk's positions, for a chunk
+        coded against a base (else None)."""
+        if not seg.programs[chunk.program].uses_reference:
+            return None
+        ref = self.tensors[id(seg)].read(start, chunk.n * seg.itemsize)
+        return np.frombuffer(ref, dtype=seg.value_type.container)
+
     def decode(self, seg, chunk, start: int, into=None, stored=None):
         """The original bytes (uint8) of one chunk starting `start` bytes into
         its segment; `into` and `stored` as ArchiveReader.decode_chunk's."""
-        reference = None
-        if seg.programs[chunk.program].uses_reference:
-            t = self.tensors[id(seg)]
-            ref = t.read(start, chunk.n * seg.itemsize)
-            reference = np.frombuffer(ref, dtype=seg.value_type.container)
-        return self.reader.decode_chunk(seg, chunk, reference, into, stored)
+        return self.reader.decode_chunk(seg, chunk, self.reference(seg, chunk, start), into, stored)
 
     def decode_many(self, items) -> list:
         """decode() for each (segment, chunk, start, into, stored), in order
         (ArchiveReader.decode_chunks: small chunks decode in batches)."""
-        work = []
-        for seg, chunk, start, into, stored in items:
-            reference = None
-            if seg.programs[chunk.program].uses_reference:
-                t = self.tensors[id(seg)]
-                reference = np.frombuffer(t.read(start, chunk.n * seg.itemsize), dtype=seg.value_type.container)
-            work.append((seg, chunk, reference, into, stored))
-        return self.reader.decode_chunks(work)
+        return self.reader.decode_chunks([(seg, chunk, self.reference(seg, chunk, start), into, stored)
+                                          for seg, chunk, start, into, stored in items])
 
     def in_file_order(self, entry) -> list:
         """What rebuilds a file front to back: (segment, chunk, start) to

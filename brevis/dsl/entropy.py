@@ -397,17 +397,9 @@ class Ans(Coder):
         return pos + 4 * (WIDE_LANES if stream[0] & WIDE else LANES)
 
     def decode_into(self, data, n, t, out):
-        if (_rans is None or not n or out.dtype != np.dtype(f"<u{_width(t)}") or not out.flags.c_contiguous
-                or not out.flags.aligned):
+        if not n or not batchable(self, t, out):
             return super().decode_into(data, n, t, out)
-        self.accepts(t)
-        data = memoryview(data)
-        if not len(data):
-            raise FormatError("ans stream: empty")
-        try:  # every block in one call, without the GIL, into its place
-            _rans.decode_stream(data, n, _width(t), t.bits, out)
-        except ValueError as e:
-            raise FormatError(f"ans stream: {e}") from None
+        decode_batch([(memoryview(data), n, t, out)])  # without the GIL, into its place
 
     def decode(self, data, n, t):
         self.accepts(t)

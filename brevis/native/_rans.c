@@ -1216,27 +1216,39 @@ static const char *stream_decode(const uint8_t *data, Py_ssize_t len, Py_ssize_t
     return error;
 }
 
+/* One decode call's arguments: the stream's and the output's buffers (held
+ * once take_call succeeds), the values' count, width and bits. */
+typedef struct { buf_t b[2]; Py_ssize_t n; int width, bits; } call_t;
+
+/* Check a call's n, width and bits (set in c) and take its buffers: 0, or
+ * -1 with the exception set (the caller releases c->b either way). */
+static int take_call(PyObject *stream, PyObject *out, call_t *c) {
+    if ((c->width != 1 && c->width != 2 && c->width != 4) || c->bits < 1 || c->bits > 8 * c->width || c->n < 1) {
+        PyErr_SetString(PyExc_ValueError, "width must be 1, 2 or 4, bits in 1..8*width, n >= 1");
+        return -1;
+    }
+    if (take(stream, &c->b[0], 0, "stream") < 0 || take(out, &c->b[1], 1, "out") < 0) return -1;
+    if (c->b[1].v.len != c->n * c->width) {
+        PyErr_SetString(PyExc_ValueError, "output has the wrong size");
+        return -1;
+    }
+    return 0;
+}
+
 /* decode_stream(stream, n, width, bits, out, simd=1) -> None: stream_decode,
  * the GIL released; simd=0: wide blocks without the AVX2 kernel, narrow ones
  * without BMI2 (tests). */
 static PyObject *rans_decode_stream(PyObject *self, PyObject *args) {
     PyObject *o[2];
-    Py_ssize_t n;
-    int width, bits, simd = 1;
-    if (!PyArg_ParseTuple(args, "OniiO|p", &o[0], &n, &width, &bits, &o[1], &simd)) return NULL;
-    if ((width != 1 && width != 2 && width != 4) || bits < 1 || bits > 8 * width || n < 1) {
-        PyErr_SetString(PyExc_ValueError, "width must be 1, 2 or 4, bits in 1..8*width, n >= 1");
-        return NULL;
-    }
-    buf_t b[2] = {{0}};
-    if (take(o[0], &b[0], 0, "stream") < 0 || take(o[1], &b[1], 1, "out") < 0) { release(b, 2); return NULL; }
-    const char *error = "output has the wrong size";
-    if (b[1].v.len == n * width) {
-        Py_BEGIN_ALLOW_THREADS
-        error = stream_decode(b[0].v.buf, b[0].v.len, n, width, bits, b[1].v.buf, simd);
-        Py_END_ALLOW_THREADS
-    }
-    release(b, 2);
+    call_t c = {{{0}}};
+    int simd = 1;
+    if (!PyArg_ParseTuple(args, "OniiO|p", &o[0], &c.n, &c.width, &c.bits, &o[1], &simd)) return NULL;
+    if (take_call(o[0], o[1], &c) < 0) { release(c.b, 2); return NULL; }
+    const char *error;
+    Py_BEGIN_ALLOW_THREADS
+    error = stream_decode(c.b[0].v.buf, c.b[0].v.len, c.n, c.width, c.bits, c.b[1].v.buf, simd);
+    Py_END_ALLOW_THREADS
+    release(c.b, 2);
     if (!error) Py_RETURN_NONE;
     PyErr_SetString(PyExc_ValueError, error);
     return NULL;
@@ -1251,36 +1263,31 @@ static PyObject *rans_decode_streams(PyObject *self, PyObject *args) {
     PyObject *list;
     if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return NULL;
     Py_ssize_t count = PyList_GET_SIZE(list);
-    typedef struct { buf_t b[2]; Py_ssize_t n; int width, bits; } item_t;
-    item_t *items = PyMem_Calloc(count ? count : 1, sizeof(item_t));
-    if (!items) return PyErr_NoMemory();
+    call_t *calls = PyMem_Calloc(count ? count : 1, sizeof(call_t));
+    if (!calls) return PyErr_NoMemory();
     PyObject *result = NULL;
     Py_ssize_t k = 0;
     for (; k < count; k++) {
         PyObject *o[2];
-        item_t *it = &items[k];
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(list, k), "OniiO", &o[0], &it->n, &it->width, &it->bits, &o[1])) goto done;
-        if ((it->width != 1 && it->width != 2 && it->width != 4) || it->bits < 1 || it->bits > 8 * it->width || it->n < 1) {
-            PyErr_SetString(PyExc_ValueError, "width must be 1, 2 or 4, bits in 1..8*width, n >= 1");
+        call_t *c = &calls[k];
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(list, k), "OniiO", &o[0], &c->n, &c->width, &c->bits, &o[1])
+                || take_call(o[0], o[1], c) < 0)
             goto done;
-        }
-        if (take(o[0], &it->b[0], 0, "stream") < 0 || take(o[1], &it->b[1], 1, "out") < 0) goto done;
-        if (it->b[1].v.len != it->n * it->width) { PyErr_SetString(PyExc_ValueError, "output has the wrong size"); goto done; }
     }
     const char *error = NULL;
     Py_ssize_t failed = -1;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t j = 0; j < count && !error; j++) {
-        item_t *it = &items[j];
-        error = stream_decode(it->b[0].v.buf, it->b[0].v.len, it->n, it->width, it->bits, it->b[1].v.buf, 1);
+        call_t *c = &calls[j];
+        error = stream_decode(c->b[0].v.buf, c->b[0].v.len, c->n, c->width, c->bits, c->b[1].v.buf, 1);
         if (error) failed = j;
     }
     Py_END_ALLOW_THREADS
     if (error) result = Py_BuildValue("(ns)", failed, error);
     else { Py_INCREF(Py_None); result = Py_None; }
 done:
-    for (Py_ssize_t j = 0; j < count && j <= k; j++) release(items[j].b, 2);
-    PyMem_Free(items);
+    for (Py_ssize_t j = 0; j < count && j <= k; j++) release(calls[j].b, 2);
+    PyMem_Free(calls);
     return result;
 }
 
