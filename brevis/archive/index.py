@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from ..dsl.program import Program
@@ -54,11 +55,13 @@ class SegmentEntry:
     # length) in file order, one after another (None: one span, in order).
     ranges: tuple[tuple[int, int], ...] | None = None
 
-    @property
+    # Kept once read: decoding asks for both at every chunk (a segment's dtype
+    # never changes; dataclasses.replace makes a new entry).
+    @cached_property
     def value_type(self) -> ValueType:
         return tensor(self.dtype) if self.dtype else BYTES
 
-    @property
+    @cached_property
     def itemsize(self) -> int:
         return self.dtype.itemsize if self.dtype else 1
 
@@ -89,6 +92,8 @@ def pieces(placed: tuple[tuple[int, int], ...], start: int, length: int) -> list
     """Bytes [start, start + length) of a segment placed at `placed` (its
     pieces in the file): (offset in the file, offset in those bytes,
     length) of each part."""
+    if len(placed) == 1 and length and 0 <= start and start + length <= placed[0][1]:
+        return [(placed[0][0] + start, 0, length)]  # most segments: one span of the file
     out, at = [], 0
     for off, n in placed:
         lo, hi = max(start, at), min(start + length, at + n)
@@ -164,7 +169,7 @@ CHUNK = Record("chunk", Chunk, array=True, malformed="malformed chunk", doc=(
     Field(3, "digest", Hex(DIGEST_BYTES, raw=True, message="malformed checksum"),
           doc="first 16 bytes of the BLAKE3 (format version 3 on; SHA-256 in versions 1 and 2) of the chunk's "
               "original bytes"),
-    Check("segment_peaks[chunk_program] * chunk_n <= MAX_DECODE_BYTES",
+    Check("segment_programs_peaks[chunk_program] * chunk_n <= MAX_DECODE_BYTES",
           "chunk of {chunk_n!r} elements would take more than MAX_DECODE_BYTES to decode with its program"),
 ])
 
@@ -192,9 +197,10 @@ SEGMENT = Record("segment", SegmentEntry, where='f"{file_path}: segment {segment
     Let("segment_itemsize", "segment_dtype.itemsize if segment_dtype else 1"),
     Let("segment_max_n", "MAX_CHUNK_BYTES // segment_itemsize"),
     Field("programs", "programs", Programs("tensor(segment_dtype) if segment_dtype else BYTES"),
-          doc="each must type-check against the segment's value"),
+          doc="each must type-check against the segment's value (below, `segment_programs_peaks`: the bytes "
+              "per element each needs to decode; `segment_programs_reference`: whether any codes against a base "
+              "tensor)"),
     Let("segment_count", "len(segment_programs)"),
-    Let("segment_peaks", "[peak_bytes(p, tensor(segment_dtype) if segment_dtype else BYTES) for p in segment_programs]"),
     Field("chunks", "chunks", List(CHUNK), doc="in order"),
     Check("sum(c.n for c in segment_chunks) * segment_itemsize == segment_length",
           "chunks do not add up to its length"),
@@ -202,7 +208,7 @@ SEGMENT = Record("segment", SegmentEntry, where='f"{file_path}: segment {segment
           doc="how the program was found (informative)"),
     Field("base", "base", BASE_REF, default="None", null=True, doc="the base tensor it is coded against"),
     Check("segment_base is None or segment_dtype is not None", "malformed base reference"),
-    Check("segment_base is not None or not any(p.uses_reference for p in segment_programs)",
+    Check("segment_base is not None or not segment_programs_reference",
           "coded against a base tensor it does not name"),
     Field("ranges", "ranges", Ranges(), default="None", null=True, omit=True,
           doc="a gathered segment (see Gathered byte spans): the byte spans of the file it holds, in file order; "

@@ -217,7 +217,9 @@ class Ranges(Kind):
 
 class Programs(Kind):
     """The segment's programs, each checked against value type `t` (an
-    expression); also makes NAME_streams, the streams each one reads."""
+    expression); also makes NAME_streams, the streams each one reads,
+    NAME_peaks, the most bytes each needs per element to decode
+    (dsl/memory.py), and NAME_reference, whether any reads a base tensor."""
 
     doc = "list of programs"
 
@@ -226,7 +228,8 @@ class Programs(Kind):
 
     def parse(self, g, v, bad, name):
         g.fail_unless(f"type({v}) is list", bad)
-        g.line(f"{name}, {name}_streams = programs({v}, {self.t}, cache, {g.where_expr()})")
+        g.line(f"{name}, {name}_streams, {name}_peaks, {name}_reference = programs({v}, {self.t}, cache, "
+               f"lambda: {g.where_expr()})")
         return name
 
     def dump(self, x):
@@ -473,28 +476,35 @@ def fail(message: str):
     raise FormatError(f"index: {message}")
 
 
-def programs(values: list, t, cache: dict, where: str) -> tuple[list[Program], list[int]]:
-    """Programs and the number of streams each reads, checked against t.
+def programs(values: list, t, cache: dict, where) -> tuple[list[Program], list[int], list[float], bool]:
+    """Programs, the number of streams each reads and the bytes per element
+    each needs to decode (cached_peak), checked against t; and whether any
+    reads a base tensor.
 
     Segments of a family, or taking one learned program, share it: each
-    distinct program is parsed and checked once per value type (per index
-    read). marshal (version 2: no back-references) is an exact, typed
-    image of the JSON value, 6x faster to make than json.dumps; a key that
-    differs only costs a parse."""
-    out, counts = [], []
-    tkey = str(t)
+    distinct program is parsed, checked and measured once per value type
+    (per index read), so that a segment costs a lookup, not a walk of its
+    program (hashing a Program is one). marshal (version 2: no
+    back-references) is an exact, typed image of the JSON value, 6x faster
+    to make than json.dumps; a key that differs only costs a parse. The
+    value type is keyed by identity: there is one per dtype (types.tensor),
+    alive while the index is read. `where()`: the segment, for a message."""
+    out, counts, peaks = [], [], []
+    reference = False
     for obj in values:
-        key = (marshal.dumps(obj, 2), tkey)
+        key = (marshal.dumps(obj, 2), id(t))
         hit = cache.get(key)
         if hit is None:
             try:
                 program = Program.from_json(obj)
-                hit = cache[key] = (program, program.check(t))
+                hit = cache[key] = (program, program.check(t), cached_peak(program, t), program.uses_reference)
             except ProgramError as e:
-                raise FormatError(f"{where}: {e}") from None
+                raise FormatError(f"{where()}: {e}") from None
         out.append(hit[0])
         counts.append(hit[1])
-    return out, counts
+        peaks.append(hit[2])
+        reference = reference or hit[3]
+    return out, counts, peaks, reference
 
 
 def check_tree(files: list, dirs: list[str], links: list = ()) -> None:
@@ -590,7 +600,7 @@ def check_links(links: list, file_paths: set[str], paths: list[str]) -> None:
 _NAMESPACE = {"fail": fail, "programs": programs, "check_tree": check_tree, "check_path": check_path,
               "check_tiling": check_tiling,
               "is_hex": is_hex, "dtypes": dtypes, "tensor": tensor, "BYTES": BYTES, "prod": math.prod,
-              "MAX_CHUNK_BYTES": MAX_CHUNK_BYTES, "shape_fits": shape_fits, "peak_bytes": cached_peak,
+              "MAX_CHUNK_BYTES": MAX_CHUNK_BYTES, "shape_fits": shape_fits,
               "MAX_DECODE_BYTES": MAX_DECODE_BYTES, "_MISSING": _MISSING}
 
 

@@ -119,6 +119,9 @@ class ChunkDecoder:
     def decode_many(self, items) -> list:
         """decode() for each (segment, chunk, start, into, stored), in order
         (ArchiveReader.decode_chunks: small chunks decode in batches)."""
+        if self.base is None:  # no chunk reads a base tensor
+            return self.reader.decode_chunks([(seg, chunk, None, into, stored)
+                                              for seg, chunk, _, into, stored in items])
         return self.reader.decode_chunks([(seg, chunk, self.reference(seg, chunk, start), into, stored)
                                           for seg, chunk, start, into, stored in items])
 

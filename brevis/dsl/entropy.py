@@ -434,12 +434,15 @@ class Ans(Coder):
         return out if out.dtype == t.container else out.astype(t.container)
 
 
+_UINTS = {w: np.dtype(f"<u{w}") for w in (1, 2, 4)}  # the C decoder's outputs, by width
+
+
 def batchable(node, t: Field, out: np.ndarray | None) -> bool:
     """Whether a chunk that the leaf `node` codes alone can join
     decode_batch, into `out` (or into a new array where None)."""
     if _rans is None or not isinstance(node, Ans) or t.bits > MAX_BITS:
         return False
-    dtype = np.dtype(f"<u{_width(t)}")
+    dtype = _UINTS[_width(t)]
     if t.container != dtype:
         return False
     return out is None or (out.dtype == dtype and out.flags.c_contiguous and out.flags.aligned and out.flags.writeable)

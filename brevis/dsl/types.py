@@ -9,7 +9,7 @@ check for it. A byte stream is `Field(8)`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -26,7 +26,7 @@ class Field:
         if not 1 <= self.bits <= 64:
             raise ValueError(f"a field has 1..64 bits, not {self.bits}")
 
-    @property
+    @cached_property  # asked at every chunk decoded; a frozen type's is fixed
     def container(self) -> np.dtype:
         return uint_for_bits(self.bits)
 
