@@ -206,7 +206,7 @@ def _threads_option(help: str):
     return click.option("-j", "--threads", type=click.IntRange(min=1), default=None, help=help)
 
 
-DECODE_THREADS = ("Decoding: worker processes for archives of 32 MiB or more, else threads "
+DECODE_THREADS = ("Decoding: worker processes from 3 threads for archives of 32 MiB or more, else threads "
                   "(default: one per core).")
 threads_option = _threads_option(DECODE_THREADS)
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary.")

@@ -105,13 +105,17 @@ def test_small_archives_and_bases_decode_on_threads(archive):
     assert chunks.decode_workers(Index(original_bytes=chunks.PROCESS_MIN_BYTES - 1, base=None, series=None),
                                  2).executor is None
     assert chunks.decode_workers(plain, 1).executor is None
-    assert chunks.decode_workers(based, 2).executor is None
-    assert chunks.decode_workers(based, 2, processes=True).executor is None
-    with chunks.decode_workers(plain, 2) as workers:
+    assert chunks.decode_workers(based, 3).executor is None
+    assert chunks.decode_workers(based, 3, processes=True).executor is None
+    # Two threads beat two worker processes at any size; asked for, they start.
+    assert chunks.decode_workers(Index(original_bytes=1 << 40, base=None, series=None), 2).executor is None
+    with chunks.decode_workers(plain, 2, processes=True) as workers:
+        assert workers is not None
+    with chunks.decode_workers(plain, chunks.PROCESS_MIN_THREADS) as workers:
         assert workers is not None
     # A member of a training run: each worker finds its predecessor itself.
     member = Index(original_bytes=1 << 40, base={}, series={"previous": {"archive": "a.brv", "content": "0" * 32}})
-    with chunks.decode_workers(member, 2) as workers:
+    with chunks.decode_workers(member, chunks.PROCESS_MIN_THREADS) as workers:
         assert workers is not None
 
 
@@ -132,7 +136,7 @@ def test_base_archive_with_processes_requested(tmp_path):
 # ------------------------------------------------------------------ signals
 @pytest.fixture(scope="module")
 def big_archive(tmp_path_factory) -> Path:
-    """An archive of 48 MiB of original bytes: decoded by worker processes at -j2."""
+    """An archive of 48 MiB of original bytes: decoded by worker processes at -j3."""
     tmp = tmp_path_factory.mktemp("big")
     src = tmp / "src"
     src.mkdir()
@@ -146,7 +150,7 @@ def big_archive(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("sig", ["INT", "TERM"])
 def test_signal_while_decoding_in_worker_processes(big_archive, tmp_path, sig):
     out = tmp_path / "out"
-    p, workers = start_with_workers(["-c", RUN, "decompress", big_archive, "-o", out, "-j", "2", "-q"], ENV)
+    p, workers = start_with_workers(["-c", RUN, "decompress", big_archive, "-o", out, "-j", "3", "-q"], ENV)
     err, elapsed = signal_and_wait(p, workers, sig)
     if p.returncode == 0:
         pytest.skip("the run ended before the signal")

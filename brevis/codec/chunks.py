@@ -168,6 +168,15 @@ class ChunkDecoder:
 # Archives of fewer original bytes are decoded on the thread pool: starting
 # worker processes costs more than it saves (the same bound as compress).
 PROCESS_MIN_BYTES = 32 << 20
+# ...and only from this many threads: on two, threads decode as fast or
+# faster than two worker processes at any size (measured 2026-12-03, one
+# shot in memory, 2 threads against 2 processes: astra 182-190 ms against
+# 371-426, nomic 208-210 against 239-271, minilm 57-61 against 76-90,
+# piper 88-96 against 87-231; to tmpfs within this machine's noise), since
+# processes start, import and fault in their own output pages. The GIL
+# held per chunk (35-65 % of one thread's time on these items, profiled)
+# is what caps threads on more cores.
+PROCESS_MIN_THREADS = 3
 # Below PROCESS_MIN_BYTES a thread pool pays wherever there are two jobs or
 # more to share: the `ans` kernel, the reads and the digests run without the
 # GIL, and a chunk coded by one leaf costs little Python besides. Measured
@@ -201,13 +210,15 @@ class Executing:
 
 def decode_workers(index, threads: int, processes: bool | None = None) -> Workers:
     """Worker processes to decode or verify an archive (with this index), or
-    none: with threads > 1, for PROCESS_MIN_BYTES of original bytes or more,
-    or any with processes=True. An archive coded against a base decodes on
-    threads: every worker would have to open and check the base again;
-    but a member of a training run finds and checks its predecessors
-    cheaply (series.py), in each worker as here."""
+    none: with PROCESS_MIN_THREADS threads or more, for PROCESS_MIN_BYTES
+    of original bytes or more, or with threads > 1 and processes=True. An
+    archive coded against a base decodes on threads: every worker would
+    have to open and check the base again; but a member of a training run
+    finds and checks its predecessors cheaply (series.py), in each worker
+    as here."""
     return open_workers(threads, index.original_bytes, PROCESS_MIN_BYTES,
-                        processes if workers_may_decode(index) else False)
+                        processes if workers_may_decode(index) else False,
+                        min_workers=2 if processes else PROCESS_MIN_THREADS)
 
 
 def workers_may_decode(index) -> bool:
@@ -217,9 +228,9 @@ def workers_may_decode(index) -> bool:
 
 
 def _threads_for(threads: int, index, processes: bool | None) -> int:
-    """Threads for an archive decoded without worker processes: below
-    PROCESS_MIN_BYTES, one where it makes a single thread job (under
-    2 * THREAD_JOB_BYTES), or processes=False asks for the pool."""
+    """Threads for an archive decoded without worker processes: one where
+    it makes a single thread job (under 2 * THREAD_JOB_BYTES) unless
+    processes=False asks for the pool."""
     total = index.original_bytes
     if processes is not None or total >= PROCESS_MIN_BYTES:
         return threads

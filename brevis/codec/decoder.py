@@ -71,8 +71,9 @@ def decompress(archive, output=None, *, threads: int = 1, force: bool = False,
     `only`: glob patterns (select); just the files and links they match,
     and what those links point at.
 
-    With threads > 1, an archive of at least PROCESS_MIN_BYTES (or any,
-    with processes=True) is decoded by worker processes that write the
+    With PROCESS_MIN_THREADS threads or more, an archive of at least
+    PROCESS_MIN_BYTES (or, with threads > 1, any with processes=True) is
+    decoded by worker processes that write the
     chunks in place; `executor` may give such processes (the caller shuts
     them down). An archive coded against a base decodes on threads."""
     start = time.perf_counter()
