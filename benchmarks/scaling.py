@@ -1,10 +1,24 @@
 """How compression scales with workers: brevis compress -j1 against -j2, and
 zstd -3 with 1 and 2 threads on the same bytes, in one run; then
-compress-many on a local Dask cluster of 1 and 2 workers.
+compress-many on a local Dask cluster of 1 and 2 workers; and, with
+--serial, the serial share of compress and decompress and the speed-ups it
+allows on more cores.
 
     python benchmarks/scaling.py                       # the six items of issue 4
     python benchmarks/scaling.py --items ppocr-v5 --repeat 5 --modes j1,j2,j2-threads
     python benchmarks/scaling.py --dask ppocr-v5,pocketnet-v3,piper-joe-medium,minilm-l6-v2
+    python benchmarks/scaling.py --serial --items astra-i3d-resnet152,pocketnet-v3
+
+--serial runs each command at -j1 (one process, one thread) and at -j2
+with worker processes forced (what -j16 would use): the main process's
+CPU seconds there (scan, discovery, learning, planning and writing for
+compress; the index, the jobs' dispatch and the files' set-up for
+decompress) are the work no worker can take, the workers' CPU seconds
+the work N of them share. The serial share s is main / (main + workers),
+and Amdahl's law projects the wall time on N cores as main + workers / N
+(the main process's work counted as wholly serial, though part of it
+overlaps the workers' on two cores: a bound from below on the speed-up),
+against -j1's wall time for the speed-up.
 
 Every brevis run is `python -m brevis compress ITEM -j N --json` in a fresh
 process (throughput from its summary: scan, learning, planning, encoding
@@ -33,7 +47,7 @@ REPO = Path(__file__).resolve().parent.parent
 LAUNCHER = """
 import json, resource, sys
 from brevis import cli
-from brevis.codec import encoder
+from brevis.codec import chunks, encoder
 mode = sys.argv.pop(1)
 if mode == "threads":  # the thread pool, as before worker processes
     encoder.PROCESS_MIN_BYTES = 1 << 62
@@ -41,15 +55,19 @@ if mode == "threads":  # the thread pool, as before worker processes
     encoder.compress = lambda *a, **k: compress(*a, **{**k, "processes": False})
     import brevis.api
     brevis.api.compress = encoder.compress
-elif mode == "processes":
-    encoder.PROCESS_MIN_BYTES = 0
+elif mode == "processes":  # worker processes whatever the size and the threads, compressing and decoding
+    encoder.PROCESS_MIN_BYTES = chunks.PROCESS_MIN_BYTES = 0
+    chunks.PROCESS_MIN_THREADS = 2
+import brevis.api, brevis.codec.decoder, brevis.codec.plan  # imported before the CPU clock starts
+cpu = lambda r: r.ru_utime + r.ru_stime
+start = cpu(resource.getrusage(resource.RUSAGE_SELF))
 try:
     cli.main(sys.argv[1:])
 finally:
     s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     hwm = [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")][0]  # ru_maxrss survives exec
     print(json.dumps({"rss_kib": hwm, "child_rss_kib": c.ru_maxrss,
-                      "cpu_s": s.ru_utime + s.ru_stime, "child_cpu_s": c.ru_utime + c.ru_stime}), file=sys.stderr)
+                      "cpu_s": cpu(s) - start, "child_cpu_s": cpu(c)}), file=sys.stderr)
 """
 
 
@@ -57,17 +75,63 @@ def files_of(item: str) -> list[Path]:
     return sorted(p for p in (CORPUS / item).rglob("*") if p.is_file())
 
 
-def brevis_run(item: str, threads: int, mode: str, tmp: Path) -> dict:
-    out = tmp / f"{item}.brv"
-    r = subprocess.run([sys.executable, "-c", LAUNCHER, mode, "compress", str(CORPUS / item), "-o", str(out),
-                        "-f", "-q", "--json", "-j", str(threads)], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=3600)
+def launch(args: list[str], mode: str) -> dict:
+    """`brevis ARGS --json` in a fresh process (LAUNCHER, `mode`): its JSON
+    summary with the process's and its children's peak RSS and CPU seconds."""
+    r = subprocess.run([sys.executable, "-c", LAUNCHER, mode, *args, "-q", "--json"], capture_output=True,
+                       text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=3600)
     if r.returncode != 0:
-        raise SystemExit(f"{item} -j{threads}: {r.stderr}")
+        raise SystemExit(f"brevis {' '.join(args)}: {r.stderr}")
     s = json.loads(r.stdout)
     s.update(json.loads(r.stderr.strip().splitlines()[-1]))
+    return s
+
+
+def brevis_run(item: str, threads: int, mode: str, tmp: Path) -> dict:
+    out = tmp / f"{item}.brv"
+    s = launch(["compress", str(CORPUS / item), "-o", str(out), "-f", "-j", str(threads)], mode)
     s["sha256"] = subprocess.run(["sha256sum", str(out)], capture_output=True, text=True).stdout.split()[0]
     return s
+
+
+CORES = (16, 64)
+
+
+def serial_share(items: list[str], repeat: int) -> None:
+    """Per item and command: -j1's wall time, -j2's with worker processes
+    (wall, main and workers' CPU seconds), the serial share and the
+    projected speed-ups and throughputs on CORES (module docstring). The
+    archive is written and decoded under the system's temporary folder;
+    best of `repeat` runs (by wall time) for each."""
+    print("| item | MB | command | -j1 s | -j2 s (processes) | -j2/-j1 | main CPU s | workers CPU s | serial share | "
+          + " | ".join(f"projected {n} cores: speed-up, MB/s" for n in CORES) + " |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|" + "---:|" * len(CORES))
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for item in items:
+            archive, out = tmp / f"{item}.brv", tmp / "out"
+            commands = {
+                "compress": lambda j: ["compress", str(CORPUS / item), "-o", str(archive), "-f", "-j", str(j)],
+                "decompress": lambda j: ["decompress", str(archive), "-o", str(out), "-f", "-j", str(j)],
+            }
+            for name, args in commands.items():
+                best = {}
+                for _ in range(repeat):
+                    for j, mode in ((1, "auto"), (2, "processes")):
+                        s = launch(args(j), mode)
+                        if j not in best or s["seconds"] < best[j]["seconds"]:
+                            best[j] = s
+                one, two = best[1], best[2]
+                main, workers = two["cpu_s"], two["child_cpu_s"]
+                share = main / (main + workers)
+                mb = one["original_bytes"] / 1e6
+                cells = []
+                for n in CORES:
+                    wall = main + workers / n
+                    cells.append(f"{one['seconds'] / wall:.1f}x, {mb / wall:.0f}")
+                print(f"| {item} | {mb:.0f} | {name} | {one['seconds']:.2f} | {two['seconds']:.2f} | "
+                      f"{one['seconds'] / two['seconds']:.2f} | {main:.2f} | {workers:.2f} | {share:.1%} | "
+                      + " | ".join(cells) + " |", flush=True)
 
 
 def zstd_run(item: str, threads: int) -> float:
@@ -144,9 +208,12 @@ def main() -> None:
     ap.add_argument("--modes", default="j1,j2", help=f"of {', '.join(MODES)}")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dask", default="", help="items for compress-many with 1 and 2 Dask workers")
+    ap.add_argument("--serial", action="store_true", help="the serial share and projected speed-ups instead")
     args = ap.parse_args()
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()}, {os.cpu_count()} CPUs")
-    if args.items:
+    if args.serial:
+        serial_share(args.items.split(","), args.repeat)
+    elif args.items:
         scaling(args.items.split(","), args.modes.split(","), args.repeat)
     if args.dask:
         dask_scaling(args.dask.split(","), args.repeat)
