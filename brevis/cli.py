@@ -35,13 +35,25 @@ if _GUARD_IMPORTS:
 
 import click  # noqa: E402
 
-from . import __version__, api  # noqa: E402
+from . import __version__  # noqa: E402
+from .defaults import DEFAULT_EFFORT, DEFAULT_KEYFRAME_EVERY, default_threads
 from .errors import BrevisError, InvalidArgument, OutputExists
-from .series import DEFAULT_KEYFRAME_EVERY
-from .synth.planner import DEFAULT_EFFORT
-from .workers import open_workers
-from .workers.pool import default_threads
 from .fs.sources import collect  # noqa: E402
+
+
+class _Api:
+    """brevis.api, imported on a command's first use of it: `brevis --help`,
+    `--version` and usage errors do not pay for numpy and the codec
+    (about 0.15 s here), and the command's handlers (main) are in place
+    when the heavy imports run."""
+
+    def __getattr__(self, name: str):
+        from . import api
+
+        return getattr(api, name)
+
+
+api = _Api()
 
 EXIT_INTERRUPTED = 130
 EXIT_INTERNAL = 70
@@ -333,6 +345,7 @@ def compress(sources, output, to_stdout, force, excludes, no_default_excludes, s
 def _compress(sources, output, threads, force, effort, prior, base, excludes, default_excludes, quiet,
               dereference=False) -> dict:
     from .codec import encoder
+    from .workers import open_workers
 
     files, _ = collect(list(sources), exclude=excludes, default_excludes=default_excludes,
                        links=None if dereference else [])  # a link's bytes count once

@@ -37,12 +37,8 @@ from .archive.reader import ArchiveReader
 from .codec.base_model import Base
 from .errors import BaseRequired, ChecksumError, FormatError, InvalidArgument
 from .synth.prior import Prior
+from .defaults import DEFAULT_KEYFRAME_EVERY
 
-# The largest K whose members all decode within 1.5 times a standalone
-# archive of their checkpoint on the MiniLM fine-tuning run (weights and
-# AdamW state; benchmarks/series.py, README "Training runs"): a member
-# decodes about as slowly as the sum of the archives it reads.
-DEFAULT_KEYFRAME_EVERY = 2
 MAX_CHAIN = 1000  # predecessors a member may need: a crafted run cannot recurse without end
 SUFFIX = ".brv"
 RUN_SUFFIX = ".brv.d"  # the default name of a run's folder of members

@@ -84,6 +84,19 @@ def test_version_and_help():
         assert command in r.stdout
 
 
+def test_help_and_usage_errors_import_no_codec():
+    # Issue 14: the imports a command does not need are not paid. --help,
+    # --version and a usage error import neither numpy nor the codec.
+    code = ("import sys\nfrom brevis import cli\n"
+            "for args in (['--help'], ['--version'], ['compress', '--help'], ['compress']):\n"
+            "    try:\n        cli.main(args)\n    except SystemExit:\n        pass\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'zstandard', 'blake3')"
+            " or m.startswith(('brevis.api', 'brevis.codec', 'brevis.dsl', 'brevis.synth')))))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "", r.stdout.splitlines()[-1]
+
+
 def test_compress_decompress_roundtrip(ckpt, archive, tmp_path):
     out = tmp_path / "restored"
     r = brevis("decompress", archive, "-o", out, "-j", "2")

@@ -32,6 +32,7 @@ from .prior import Prior
 from .proposals import WORD_VIEWS, Value, _float_partition, halves, low_zeros
 from .roles import leaf_name, role_of, shape_class
 from .search import PRUNE_MAX_BYTES, STREAM_INDEX_BYTES, Budget, SearchResult, search
+from ..defaults import DEFAULT_EFFORT  # noqa: F401  (the API and the CLI take it from here too)
 
 FALLBACK = Program.leaf(Zstd.entropy())  # always applies
 PLAIN = Program.leaf(Raw())  # never larger than the data
@@ -115,7 +116,6 @@ EFFORTS = {
     2: Effort(2, 400, 8, 400, 4, 65536),
     3: Effort(3, 2000, 32, 5000, 16, 32768),
 }
-DEFAULT_EFFORT = 2
 
 
 def effort(level: int) -> Effort:

@@ -12,10 +12,11 @@ the checkpoint size.
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator, TypeVar
+
+from ..defaults import default_threads  # noqa: F401  (callers take it from here)
 
 # Where they were before processes.py: the encoder imports them from here.
 
@@ -24,10 +25,6 @@ R = TypeVar("R")
 A = TypeVar("A")
 
 CHUNK_BYTES = 1 << 20
-
-
-def default_threads() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 def chunk_counts(elements: int, itemsize: int, chunk_bytes: int = CHUNK_BYTES, row: int = 1) -> list[int]:
