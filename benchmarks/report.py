@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import startup
+
 DASH = "–"
 BREVIS_COLOR = "#d62728"
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
@@ -177,6 +179,10 @@ def markdown(res: dict) -> str:
             rows.append([it["name"]] + [_pair(r, file_mode) if r.get("status") == "ok" else _cell(r, "ratio", "")
                                         for r in (it["results"].get(n) for n in names)])
         out.append(_table(["item"] + labels, rows))
+
+    if res.get("startup"):
+        out.append("\n## Startup (benchmarks/startup.py)\n")
+        out.append(startup.markdown(res["startup"]))
 
     notes = [f"- {it['name']} / {_label(codecs, n)}: {r['note']}" for it in items
              for n, r in it["results"].items() if r["status"] != "ok"]

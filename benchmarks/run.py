@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if __name__ == "__main__":  # run as a script: import this folder as the package it is
     sys.path[0] = str(ROOT)
 
-from benchmarks import report  # noqa: E402
+from benchmarks import report, startup  # noqa: E402
 from benchmarks.codecs import BY_NAME, DEFAULT, SLOW, Codec  # noqa: E402
 from benchmarks.entropy import file_dtypes, file_entropy  # noqa: E402
 
@@ -287,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--tmp", type=Path, default=None,
                     help="scratch folder on disk: the 'disk' pass's outputs (default: the system's)")
+    ap.add_argument("--no-startup", dest="startup", action="store_false",
+                    help="skip the startup table (benchmarks/startup.py: fresh `brevis` processes, about 10 s)")
     ap.add_argument("--tmpfs", type=Path, default=Path("/dev/shm"),
                     help="a folder on tmpfs: the 'memory', 'tmpfs' and 'cpu' passes' outputs (default /dev/shm)")
     args = ap.parse_args(argv)
@@ -362,6 +364,11 @@ def main(argv: list[str] | None = None) -> int:
                     log(f"  {c.name:10} {r['status']}: {r['note']}")
                     if r["status"] == "FAILED":
                         failures.append(f"{item['name']} / {c.name}: {r['note']}")
+        if args.startup:
+            log("startup: fresh brevis processes (benchmarks/startup.py)")
+            startup_rows = startup.measure(5, args.tmpfs)
+            for r in startup_rows:
+                log(f"  {r['what']}: best {r['best_s']:.2f} s, median {r['median_s']:.2f} s")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(shm, ignore_errors=True)
@@ -387,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         "entropy": {"original_bytes": total, "entropy_bytes": sum(it["entropy_bytes"] for it in items),
                     "ratio": sum(it["entropy_bytes"] for it in items) / total if total else None},
         "failures": failures,
+        "startup": startup_rows if args.startup else None,
     }
     (args.out / "latest.json").write_text(json.dumps(result, indent=1) + "\n")
     (args.out / "latest.md").write_text(report.markdown(result))

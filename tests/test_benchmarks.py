@@ -64,13 +64,18 @@ def test_harness_round_trips_every_codec(tmp_path):
     md = (out / "latest.md").read_text()
     assert "| brevis" in md.lower() and "| c MB/s mem | c MB/s tmpfs | c MB/s disk | d MB/s mem |" in md
     assert "CPU seconds per GB, one thread" in md
+    # Issue 14's startup: fresh `brevis` processes, each command timed.
+    assert [r["what"].split()[0] for r in res["startup"]] == ["brevis", "compress", "decompress", "compress"]
+    assert all(0 < r["best_s"] <= r["median_s"] and r["runs"] == 5 for r in res["startup"])
+    assert "## Startup" in md and "| brevis --help |" in md
 
 
 def test_harness_one_thread_reuses_the_in_memory_pass(tmp_path):
     corpus = tiny_corpus(tmp_path)
     out = tmp_path / "results"
     p = subprocess.run([sys.executable, "benchmarks/run.py", "--corpus", str(corpus), "--codecs", "brevis,zstd-3",
-                        "--modes", "cpu,memory", "--threads", "1", "--out", str(out), "--tmpfs", tmpfs_or(tmp_path)],
+                        "--modes", "cpu,memory", "--threads", "1", "--out", str(out), "--tmpfs", tmpfs_or(tmp_path),
+                        "--no-startup"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     res = json.loads((out / "latest.json").read_text())
@@ -79,6 +84,7 @@ def test_harness_one_thread_reuses_the_in_memory_pass(tmp_path):
         assert r["runs"]["cpu"]["same_as"] == "memory" and r["compress_cpu_s_per_gb"] > 0
         assert "compress_mb_s" not in r  # no file-to-file pass
     assert "c MB/s disk" not in (out / "latest.md").read_text()
+    assert res["startup"] is None
 
 
 @pytest.mark.parametrize("name", ["zstd-3", "gzip-9", "xz-6", "brotli-9", "lz4", "zipnn", "pcodec-8", "blosc2"])
