@@ -169,13 +169,15 @@ class ChunkDecoder:
 # worker processes costs more than it saves (the same bound as compress).
 PROCESS_MIN_BYTES = 32 << 20
 # ...and only from this many threads: on two, threads decode as fast or
-# faster than two worker processes at any size (measured 2026-12-03, one
-# shot in memory, 2 threads against 2 processes: astra 182-190 ms against
-# 371-426, nomic 208-210 against 239-271, minilm 57-61 against 76-90,
-# piper 88-96 against 87-231; to tmpfs within this machine's noise), since
-# processes start, import and fault in their own output pages. The GIL
-# held per chunk (35-65 % of one thread's time on these items, profiled)
-# is what caps threads on more cores.
+# faster than two worker processes at any size, since processes start,
+# import and fault in their own output pages. Measured 2026-12-03, 2
+# threads against 2 processes, one shot: in memory astra 182-190 ms
+# against 371-426, nomic 208-210 against 239-271, minilm 57-61 against
+# 76-90, piper 88-96 against 87-231; verify astra 373-379 against 379-560,
+# nomic 364-369 against 385-635, easyocr and piper within 5 %; to tmpfs
+# within this machine's noise. The GIL held per chunk (35-65 % of one
+# thread's time on these items, profiled) is what caps threads on more
+# cores.
 PROCESS_MIN_THREADS = 3
 # Below PROCESS_MIN_BYTES a thread pool pays wherever there are two jobs or
 # more to share: the `ans` kernel, the reads and the digests run without the
