@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -60,9 +61,7 @@ def measure(repeat: int = 5, tmpfs: Path = Path("/dev/shm")) -> list[dict]:
             rows.append({"what": what, "best_s": min(runs), "median_s": statistics.median(runs), "runs": repeat})
         return rows
     finally:
-        for p in sorted(folder.rglob("*"), reverse=True):
-            p.unlink() if p.is_file() else p.rmdir()
-        folder.rmdir()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def markdown(rows: list[dict]) -> str:

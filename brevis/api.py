@@ -34,7 +34,7 @@ from .codec import encoder as _encoder
 from .codec import verifier as _verifier
 from .errors import InvalidArgument
 from .fs.atomic import io_failure
-from .synth.planner import DEFAULT_EFFORT
+from .defaults import DEFAULT_EFFORT
 
 __all__ = ["compress", "compress_many", "compress_run", "remove_checkpoint", "decompress", "verify", "inspect",
            "inspect_run", "decompress_run", "verify_run", "explain", "learn_prior",

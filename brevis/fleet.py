@@ -54,9 +54,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .errors import BrevisError, InvalidArgument, IOFailure
 from .workers import Workers, open_workers
-from .workers.pool import default_threads
+from .defaults import DEFAULT_EFFORT, default_threads
 from .fs.sources import collect
-from .synth.planner import DEFAULT_EFFORT
 from .synth.prior import Prior
 
 SUFFIX = ".brv"

@@ -40,7 +40,8 @@ from ..workers.tasks import ChunkTask, run_chunks, run_chunks_shared
 from ..workers.pool import CHUNK_BYTES, Pool, ordered_pairs, runs
 from ..workers.heap import keep_freed_memory
 from ..fs.sources import Source, collect
-from ..synth.planner import DEFAULT_EFFORT, Planner
+from ..defaults import DEFAULT_EFFORT
+from ..synth.planner import Planner
 from ..synth.prior import Prior
 # compress() calls scan, discover and _learn through this module (tests and benchmarks/phases.py wrap them here).
 from .plan import ChunkRef, _learn, discover, lay_out, plan_segments, scan  # noqa: F401

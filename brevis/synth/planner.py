@@ -32,7 +32,7 @@ from .prior import Prior
 from .proposals import WORD_VIEWS, Value, _float_partition, halves, low_zeros
 from .roles import leaf_name, role_of, shape_class
 from .search import PRUNE_MAX_BYTES, STREAM_INDEX_BYTES, Budget, SearchResult, search
-from ..defaults import DEFAULT_EFFORT  # noqa: F401  (the API and the CLI take it from here too)
+from ..defaults import DEFAULT_EFFORT
 
 FALLBACK = Program.leaf(Zstd.entropy())  # always applies
 PLAIN = Program.leaf(Raw())  # never larger than the data

@@ -16,8 +16,6 @@ from collections import deque
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator, TypeVar
 
-from ..defaults import default_threads  # noqa: F401  (callers take it from here)
-
 # Where they were before processes.py: the encoder imports them from here.
 
 T = TypeVar("T")
