@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import NotApplicable, ProgramError
+from ..errors import FormatError, NotApplicable, ProgramError
 from .operator import Operator, ReadChild, register
 from .types import Field, Tensor
 
@@ -328,6 +328,13 @@ class PackBits(Operator):
     def inverse(self, n, t, read):
         bits = t.bits
         packed = read(0, self.packed_length(n, bits))
+        if _layout is not None:  # one pass in C
+            out = np.empty(n, np.uint8)
+            try:
+                _layout.unpack(np.ascontiguousarray(packed, dtype=np.uint8), bits, out)
+            except ValueError as e:
+                raise FormatError(f"pack_bits: {e}") from None
+            return out
         if bits == 1:
             return np.unpackbits(packed, bitorder="little")[:n]
         wtype = self._WORDS[bits]

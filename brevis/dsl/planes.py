@@ -7,6 +7,11 @@ import numpy as np
 from .operator import Operator, register
 from .types import Field
 
+try:
+    from ..native import _layout
+except ImportError:  # a source tree that was never built: numpy's passes
+    _layout = None
+
 
 @register
 class BytePlanes(Operator):
@@ -37,6 +42,10 @@ class BytePlanes(Operator):
     def inverse(self, n, t, read):
         size = t.container.itemsize
         planes = [read(i, n) for i in range(len(self.child_types(t)))]
+        if _layout is not None and size in (1, 2, 4, 8):  # one write a word, in C
+            out = np.empty(n, t.container)
+            _layout.interleave([np.ascontiguousarray(p, dtype=np.uint8) for p in planes], out)
+            return out
         if size == 2 and len(planes) == 2 and planes[0].dtype == planes[1].dtype == np.uint8:
             # One widening copy, one shift and one OR: about twice as fast as
             # interleaving through a strided (n, 2) byte view.

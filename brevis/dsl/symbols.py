@@ -98,9 +98,20 @@ class Rank(Operator):
         symbols = self._config["symbols"]
         T = len(symbols)
         ranks = read(0, n)  # small unsigned integers: index the table directly
+        table = np.array(symbols + [0], dtype=t.container)
+        if _layout is not None:  # one pass in C, and one more only where ranks escape
+            out = np.empty(n, t.container)
+            ranks = np.ascontiguousarray(ranks, dtype=np.uint8)
+            try:
+                count = _layout.lookup(ranks, table, out)
+            except ValueError:
+                raise FormatError("rank: rank above the table") from None
+            exceptions = read(1, count)
+            if count:
+                _layout.patch(ranks, T, np.ascontiguousarray(exceptions, dtype=t.container), out)
+            return out
         if n and int(ranks.max()) > T:
             raise FormatError("rank: rank above the table")
-        table = np.array(symbols + [0], dtype=t.container)
         out = _take(table, ranks)
         escaped = ranks == T
         count = int(np.count_nonzero(escaped))
@@ -223,11 +234,12 @@ class Partition(Operator):
                 totals = _layout.classify(np.ascontiguousarray(context), self._class_table(types[0].bits), cls)
             except ValueError as e:
                 raise FormatError(f"partition: {e}") from None
-            parts = [read(j + 1, count) for j, count in enumerate(totals[:k])]
-            rest = np.empty(n, dtype=rest_type)
-            _layout.scatter(cls, parts, rest_type.itemsize, rest)
-            parts = cls = None  # freed before the output is made
-            return _join(n, t, self._groups(), [context, rest])
+            parts = [np.ascontiguousarray(read(j + 1, count), dtype=rest_type) for j, count in enumerate(totals[:k])]
+            # Each element's class part and context put together into its word at once.
+            out = np.empty(n, t.container)
+            _layout.scatter_join(cls, parts, [tuple(r) for r in self._config["rest"]], np.ascontiguousarray(context),
+                                 [tuple(r) for r in self._config["context"]], out)
+            return out
         if k <= FEW_CLASSES and all(len(c) == 1 for c in classes):
             rest = self._inverse_singletons(n, types, context, [c[0] for c in classes], read)
             return _join(n, t, self._groups(), [context, rest])

@@ -1,7 +1,11 @@
 /* Layout kernels: a tiled transpose for the `transpose` operator
- * (brevis/dsl/delta.py), the classify and scatter that undo `partition`
- * (brevis/dsl/symbols.py), the column copy that undoes `records` and the
- * join of bit ranges that undoes fields (brevis/dsl/fields.py).
+ * (brevis/dsl/delta.py), the classify and scatter_join that undo
+ * `partition` and the lookup and patch that undo `rank` (brevis/dsl/
+ * symbols.py), the column copy that undoes `records`, the join of bit
+ * ranges that undoes fields and the unpack that undoes `pack_bits`
+ * (brevis/dsl/fields.py), the interleave that undoes `byte_planes`
+ * (brevis/dsl/planes.py). Each is one pass over its output, where numpy
+ * took one pass per part and temporaries of the output's size.
  *
  * numpy copies a transposed view element by element in the order of the
  * output, reading the input a whole row apart each time: on nomic's F16
@@ -12,6 +16,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <immintrin.h>
 
 #define TILE 32
 
@@ -59,68 +64,6 @@ static PyObject *layout_transpose(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&sb);
     PyBuffer_Release(&db);
-    Py_RETURN_NONE;
-}
-
-#define SCATTER(T) { \
-    T *d = dst; \
-    for (Py_ssize_t i = 0; i < n; i++) { uint8_t c = cls[i]; d[i] = ((const T *)src[c])[used[c]++]; } \
-}
-
-/* scatter(classes, parts, itemsize, dst) -> None
- * dst[i] = the next element of parts[classes[i]]: the inverse of taking each
- * class's elements in order (partition). classes: n bytes, each below
- * len(parts) <= 256; parts: buffers of itemsize-byte elements (1, 2, 4 or
- * 8), part j holding exactly as many as classes holds j's; dst: n elements.
- * numpy's one pass per class (compare, flatnonzero, fancy index) cost
- * about 7 ns an element; this is one pass. */
-static PyObject *layout_scatter(PyObject *self, PyObject *args) {
-    PyObject *co, *po, *dobj;
-    int itemsize;
-    if (!PyArg_ParseTuple(args, "OOiO", &co, &po, &itemsize, &dobj)) return NULL;
-    if (itemsize != 1 && itemsize != 2 && itemsize != 4 && itemsize != 8) {
-        PyErr_SetString(PyExc_ValueError, "itemsize must be 1, 2, 4 or 8");
-        return NULL;
-    }
-    PyObject *seq = PySequence_Fast(po, "parts must be a sequence");
-    if (!seq) return NULL;
-    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
-    if (k < 1 || k > 256) { Py_DECREF(seq); PyErr_SetString(PyExc_ValueError, "1 to 256 parts"); return NULL; }
-    Py_buffer cb, db, pb[256];
-    Py_ssize_t held = 0, have[256], used[256] = {0};
-    const void *src[256];
-    int ok = 0;
-    if (PyObject_GetBuffer(co, &cb, PyBUF_C_CONTIGUOUS) < 0) { Py_DECREF(seq); return NULL; }
-    if (PyObject_GetBuffer(dobj, &db, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto release_classes;
-    for (; held < k; held++) {
-        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, held), &pb[held], PyBUF_C_CONTIGUOUS) < 0) goto release;
-        src[held] = pb[held].buf;
-        have[held] = pb[held].len / itemsize;
-    }
-    const uint8_t *cls = cb.buf;
-    Py_ssize_t n = cb.len, counts[256] = {0};
-    void *dst = db.buf;
-    if (db.len != n * itemsize) { PyErr_SetString(PyExc_ValueError, "dst must hold one element per class"); goto release; }
-    for (Py_ssize_t i = 0; i < n; i++) counts[cls[i]]++;
-    for (int c = 0; c < 256; c++)
-        if (counts[c] != (c < k ? have[c] : 0) || (c < k && pb[c].len != have[c] * itemsize)) {
-            PyErr_SetString(PyExc_ValueError, "the parts do not hold the classes' elements");
-            goto release;
-        }
-    Py_BEGIN_ALLOW_THREADS
-    if (itemsize == 1) SCATTER(uint8_t)
-    else if (itemsize == 2) SCATTER(uint16_t)
-    else if (itemsize == 4) SCATTER(uint32_t)
-    else SCATTER(uint64_t)
-    Py_END_ALLOW_THREADS
-    ok = 1;
-release:
-    for (Py_ssize_t j = 0; j < held; j++) PyBuffer_Release(&pb[j]);
-    PyBuffer_Release(&db);
-release_classes:
-    PyBuffer_Release(&cb);
-    Py_DECREF(seq);
-    if (!ok) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -244,11 +187,23 @@ done:
     Py_RETURN_NONE;
 }
 
+/* Four sets of counters, element i counted in set i % 4: consecutive
+ * elements of one class (the usual case) then do not wait on each other's
+ * increment of one counter in memory. */
 #define CLASSIFY(T) { \
     const T *v = src; \
-    for (Py_ssize_t i = 0; i < n; i++) { \
+    Py_ssize_t i = 0; \
+    for (; i + 4 <= n; i += 4) { \
+        if (((uint64_t)v[i] | (uint64_t)v[i + 1] | (uint64_t)v[i + 2] | (uint64_t)v[i + 3]) >= (uint64_t)tlen \
+            && ((uint64_t)v[i] >= (uint64_t)tlen || (uint64_t)v[i + 1] >= (uint64_t)tlen \
+                || (uint64_t)v[i + 2] >= (uint64_t)tlen || (uint64_t)v[i + 3] >= (uint64_t)tlen)) { bad = 1; break; } \
+        uint8_t c0 = table[v[i]], c1 = table[v[i + 1]], c2 = table[v[i + 2]], c3 = table[v[i + 3]]; \
+        cls[i] = c0; cls[i + 1] = c1; cls[i + 2] = c2; cls[i + 3] = c3; \
+        sets[0][c0]++; sets[1][c1]++; sets[2][c2]++; sets[3][c3]++; \
+    } \
+    for (; i < n && !bad; i++) { \
         if ((uint64_t)v[i] >= (uint64_t)tlen) { bad = 1; break; } \
-        uint8_t c = table[v[i]]; cls[i] = c; counts[c]++; \
+        uint8_t c = table[v[i]]; cls[i] = c; sets[0][c]++; \
     } \
 }
 
@@ -268,7 +223,7 @@ static PyObject *layout_classify(PyObject *self, PyObject *args) {
         PyBuffer_Release(&sb); PyBuffer_Release(&tb);
         return NULL;
     }
-    Py_ssize_t size = sb.itemsize, n = cb.len, tlen = tb.len, counts[256] = {0};
+    Py_ssize_t size = sb.itemsize, n = cb.len, tlen = tb.len, counts[256] = {0}, sets[4][256] = {{0}};
     int bad = 0;
     const char *error = NULL;
     if ((size != 1 && size != 2 && size != 4 && size != 8) || sb.len != n * size)
@@ -284,6 +239,7 @@ static PyObject *layout_classify(PyObject *self, PyObject *args) {
         else CLASSIFY(uint64_t)
         Py_END_ALLOW_THREADS
         if (bad) error = "a context value lies past the class table";
+        for (int c = 0; c < 256; c++) counts[c] = sets[0][c] + sets[1][c] + sets[2][c] + sets[3][c];
     }
     PyBuffer_Release(&sb); PyBuffer_Release(&tb); PyBuffer_Release(&cb);
     if (error) { PyErr_SetString(PyExc_ValueError, error); return NULL; }
@@ -297,15 +253,381 @@ static PyObject *layout_classify(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* An element of 1, 2, 4 or 8 bytes at p[i], widened (the switch is on a
+ * value fixed for a whole loop: the branch predicts). */
+static inline uint64_t load_item(const void *p, int size, Py_ssize_t i) {
+    switch (size) {
+    case 1: return ((const uint8_t *)p)[i];
+    case 2: return ((const uint16_t *)p)[i];
+    case 4: return ((const uint32_t *)p)[i];
+    default: return ((const uint64_t *)p)[i];
+    }
+}
+
+static inline void store_item(void *p, int size, Py_ssize_t i, uint64_t v) {
+    switch (size) {
+    case 1: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    case 2: ((uint16_t *)p)[i] = (uint16_t)v; break;
+    case 4: ((uint32_t *)p)[i] = (uint32_t)v; break;
+    default: ((uint64_t *)p)[i] = v; break;
+    }
+}
+
+/* A field's (low, width) ranges, high bits first, as the shifts that put
+ * its value back into a word: range r takes the value's bits from pos[r]
+ * (the last range the lowest), masks them and moves them to low[r]. */
+typedef struct { int count; int pos[64], low[64]; uint64_t mask[64]; int deposit; uint64_t bits; } spread_t;
+
+static int parse_ranges(PyObject *ro, int word_bits, int value_bits, spread_t *s) {
+    PyObject *seq = PySequence_Fast(ro, "ranges must be a sequence of (low, width)");
+    if (!seq) return -1;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    if (count > 64) { Py_DECREF(seq); PyErr_SetString(PyExc_ValueError, "at most 64 ranges"); return -1; }
+    long lows[64], widths[64], total = 0;
+    for (Py_ssize_t r = 0; r < count; r++) {
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, r), "ll", &lows[r], &widths[r])) { Py_DECREF(seq); return -1; }
+        if (lows[r] < 0 || widths[r] < 1 || lows[r] + widths[r] > word_bits) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "a range must lie inside dst's words");
+            return -1;
+        }
+        total += widths[r];
+    }
+    Py_DECREF(seq);
+    if (total > value_bits) { PyErr_SetString(PyExc_ValueError, "the ranges are wider than their field's items"); return -1; }
+    s->count = (int)count;
+    s->bits = 0;
+    s->deposit = 1;
+    long pos = 0;
+    for (Py_ssize_t r = count - 1; r >= 0; r--) {
+        s->pos[r] = (int)pos;
+        s->low[r] = (int)lows[r];
+        s->mask[r] = widths[r] >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << widths[r]) - 1);
+        if (s->bits & (s->mask[r] << lows[r])) s->deposit = 0;  /* overlapping ranges: not one mask */
+        s->bits |= s->mask[r] << lows[r];
+        if (r < count - 1 && lows[r] <= lows[r + 1]) s->deposit = 0;
+        pos += widths[r];
+    }
+    return 0;
+}
+
+static inline uint64_t spread(const spread_t *s, uint64_t v) {
+    uint64_t out = 0;
+    for (int r = 0; r < s->count; r++) out |= ((v >> s->pos[r]) & s->mask[r]) << s->low[r];
+    return out;
+}
+
+/* Where a field's ranges run from the word's high bits down (each range
+ * below the one before, as a float's sign and mantissa, or its exponent),
+ * spreading its value is one BMI2 deposit into the ranges' bits (pdep:
+ * the value's low bits into the mask's low set bits, in order). Variable
+ * shifts and masks a range cost twice as much. */
+static int pdep_known = -1;
+static int pdep_usable(void) {
+    if (pdep_known < 0) {
+        __builtin_cpu_init();
+        pdep_known = __builtin_cpu_supports("bmi2");
+    }
+    return pdep_known;
+}
+
+/* One kernel per width of part, context and word (P, X, D): every element's
+ * class part read in order, bounds checked; returns whether a part ran out
+ * or was not used up (1) or 0. */
+#define SCATTER_DEPOSIT(NAME, P, X, D) \
+__attribute__((target("bmi2"))) static int NAME(const uint8_t *cls, Py_ssize_t n, const void **src, \
+                                                const Py_ssize_t *have, Py_ssize_t k, const void *ctx, \
+                                                uint64_t rest_bits, uint64_t context_bits, void *dst) { \
+    const P *part[256], *end[256]; \
+    for (Py_ssize_t j = 0; j < 256; j++) { \
+        part[j] = j < k ? (const P *)src[j] : NULL; \
+        end[j] = j < k ? part[j] + have[j] : NULL; \
+    } \
+    const X *x = ctx; \
+    D *d = dst; \
+    Py_ssize_t i = 0; \
+    for (; i < n; i++) { \
+        const uint8_t c = cls[i]; \
+        if (part[c] == end[c]) break; \
+        d[i] = (D)(_pdep_u64(*part[c]++, rest_bits) | _pdep_u64(x[i], context_bits)); \
+    } \
+    int bad = i < n; \
+    for (Py_ssize_t j = 0; j < k; j++) bad |= part[j] != end[j]; \
+    return bad; \
+}
+SCATTER_DEPOSIT(deposit_32_8_32, uint32_t, uint8_t, uint32_t)
+SCATTER_DEPOSIT(deposit_8_8_16, uint8_t, uint8_t, uint16_t)
+SCATTER_DEPOSIT(deposit_16_8_16, uint16_t, uint8_t, uint16_t)
+SCATTER_DEPOSIT(deposit_64_16_64, uint64_t, uint16_t, uint64_t)
+#undef SCATTER_DEPOSIT
+
+/* The kernel for these widths: 0 or 1 as the kernel's result, -1 where
+ * there is none (the caller goes element by element). */
+static int scatter_join_pdep(const uint8_t *cls, Py_ssize_t n, const void **src, const Py_ssize_t *have, Py_ssize_t k,
+                             int psize, uint64_t rest_bits, const void *ctx, int xsize, uint64_t context_bits,
+                             void *dst, int dsize) {
+    if (psize == 4 && xsize == 1 && dsize == 4) return deposit_32_8_32(cls, n, src, have, k, ctx, rest_bits, context_bits, dst);
+    if (psize == 1 && xsize == 1 && dsize == 2) return deposit_8_8_16(cls, n, src, have, k, ctx, rest_bits, context_bits, dst);
+    if (psize == 2 && xsize == 1 && dsize == 2) return deposit_16_8_16(cls, n, src, have, k, ctx, rest_bits, context_bits, dst);
+    if (psize == 8 && xsize == 2 && dsize == 8) return deposit_64_16_64(cls, n, src, have, k, ctx, rest_bits, context_bits, dst);
+    return -1;
+}
+
+/* scatter_join(classes, parts, rest_ranges, context, context_ranges, dst) -> None
+ * The whole inverse of `partition` after its children are read, in one
+ * pass: word i of dst gets context[i] at context_ranges and the next
+ * element of parts[classes[i]] at rest_ranges (as join does with each
+ * field). scatter, then two joins, made three passes over the words and a
+ * rest field of the output's size. classes: n bytes, each below len(parts) <=
+ * 256; parts: buffers of items of one size (1, 2, 4 or 8 bytes), part j
+ * holding exactly as many as classes holds j's, context: n items of 1, 2, 4 or
+ * 8 bytes. */
+static PyObject *layout_scatter_join(PyObject *self, PyObject *args) {
+    PyObject *co, *po, *rro, *xo, *cro, *dobj;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &co, &po, &rro, &xo, &cro, &dobj)) return NULL;
+    PyObject *seq = PySequence_Fast(po, "parts must be a sequence");
+    if (!seq) return NULL;
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
+    if (k < 1 || k > 256) { Py_DECREF(seq); PyErr_SetString(PyExc_ValueError, "1 to 256 parts"); return NULL; }
+    Py_buffer cb, xb, db, pb[256];
+    Py_ssize_t held = 0, have[256] = {0}, used[256] = {0};  /* classes past the parts have none */
+    const uint8_t *src[256];
+    spread_t *sr = NULL, *sc = NULL;
+    int ok = 0, stage = 0;
+    if (PyObject_GetBuffer(co, &cb, PyBUF_C_CONTIGUOUS) < 0) goto release;
+    stage = 1;
+    if (PyObject_GetBuffer(xo, &xb, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto release;
+    stage = 2;
+    if (PyObject_GetBuffer(dobj, &db, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) goto release;
+    stage = 3;
+    const int dsize = (int)db.itemsize, xsize = (int)xb.itemsize;
+    const Py_ssize_t n = cb.len;
+    int psize = 0;
+    for (; held < k; held++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, held), &pb[held], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto release;
+        if (held == 0) psize = (int)pb[0].itemsize;
+        src[held] = pb[held].buf;
+        have[held] = pb[held].itemsize == psize ? pb[held].len / psize : -1;
+    }
+    if ((dsize != 1 && dsize != 2 && dsize != 4 && dsize != 8) || (xsize != 1 && xsize != 2 && xsize != 4 && xsize != 8)
+        || (psize != 1 && psize != 2 && psize != 4 && psize != 8) || db.len != n * dsize || xb.len != n * xsize) {
+        PyErr_SetString(PyExc_ValueError, "classes, context and dst must hold as many items (of 1, 2, 4 or 8 bytes)");
+        goto release;
+    }
+    const uint8_t *cls = cb.buf;
+    for (Py_ssize_t c = 0; c < k; c++)
+        if (have[c] < 0 || pb[c].len != have[c] * psize) {
+            PyErr_SetString(PyExc_ValueError, "the parts must hold whole items of one size");
+            goto release;
+        }
+    sr = PyMem_Malloc(sizeof(spread_t));
+    sc = PyMem_Malloc(sizeof(spread_t));
+    if (!sr || !sc) { PyErr_NoMemory(); goto release; }
+    if (parse_ranges(rro, 8 * dsize, 8 * psize, sr) < 0 || parse_ranges(cro, 8 * dsize, 8 * xsize, sc) < 0) goto release;
+    const void *ctx = xb.buf;
+    void *dst = db.buf;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    /* A deposit kernel where the ranges allow one and the widths have one; else element by element. */
+    if (pdep_usable() && sr->deposit && sc->deposit
+        && (bad = scatter_join_pdep(cls, n, (const void **)src, have, k, psize, sr->bits, ctx, xsize, sc->bits, dst, dsize)) >= 0) {
+        /* done in one of the float widths' kernels */
+    } else {
+        Py_ssize_t i = 0;
+        for (; i < n; i++) {
+            uint8_t c = cls[i];
+            if (used[c] >= have[c]) break;
+            store_item(dst, dsize, i, spread(sr, load_item(src[c], psize, used[c]++)) | spread(sc, load_item(ctx, xsize, i)));
+        }
+        bad = i < n;
+        for (Py_ssize_t j = 0; j < k; j++) bad |= used[j] != have[j];
+    }
+    Py_END_ALLOW_THREADS
+    if (bad) { PyErr_SetString(PyExc_ValueError, "the parts do not hold the classes' elements"); goto release; }
+    ok = 1;
+release:
+    PyMem_Free(sr);
+    PyMem_Free(sc);
+    for (Py_ssize_t j = 0; j < held; j++) PyBuffer_Release(&pb[j]);
+    if (stage >= 3) PyBuffer_Release(&db);
+    if (stage >= 2) PyBuffer_Release(&xb);
+    if (stage >= 1) PyBuffer_Release(&cb);
+    Py_DECREF(seq);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* lookup(ranks, table, dst) -> escaped
+ * dst[i] = table[ranks[i]] (ranks: bytes; table and dst: items of one size,
+ * 1, 2, 4 or 8 bytes) and how many ranks equal len(table) - 1, the escape
+ * (`rank`'s inverse before its exceptions are put in: patch). A rank past
+ * the table is a ValueError. numpy's take widened every rank to intp. */
+static PyObject *layout_lookup(PyObject *self, PyObject *args) {
+    PyObject *ro, *to, *dobj;
+    if (!PyArg_ParseTuple(args, "OOO", &ro, &to, &dobj)) return NULL;
+    Py_buffer rb, tb, db;
+    if (PyObject_GetBuffer(ro, &rb, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (PyObject_GetBuffer(to, &tb, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) { PyBuffer_Release(&rb); return NULL; }
+    if (PyObject_GetBuffer(dobj, &db, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&rb); PyBuffer_Release(&tb);
+        return NULL;
+    }
+    const int size = (int)db.itemsize;
+    const Py_ssize_t n = rb.len, entries = tb.itemsize ? tb.len / tb.itemsize : 0;
+    Py_ssize_t escaped = 0;
+    const char *error = NULL;
+    if ((size != 1 && size != 2 && size != 4 && size != 8) || tb.itemsize != size || db.len != n * size)
+        error = "table and dst must hold items of one size (1, 2, 4 or 8 bytes), dst one per rank";
+    else if (entries < 1 || entries > 256)
+        error = "the table holds 1 to 256 entries";
+    else {
+        const uint8_t *ranks = rb.buf;
+        const Py_ssize_t top = entries - 1;
+        int bad = 0;
+        Py_BEGIN_ALLOW_THREADS
+        uint64_t table[256];
+        for (Py_ssize_t j = 0; j < entries; j++) table[j] = load_item(tb.buf, size, j);
+#define LOOKUP(T) { T *d = db.buf; for (Py_ssize_t i = 0; i < n; i++) { \
+            uint8_t r = ranks[i]; bad |= r > top; escaped += r == top; d[i] = (T)table[r]; } }
+        if (entries < 256) {  /* ranks past the table read zeros there, then are refused */
+            for (Py_ssize_t j = entries; j < 256; j++) table[j] = 0;
+        }
+        if (size == 1) LOOKUP(uint8_t) else if (size == 2) LOOKUP(uint16_t) else if (size == 4) LOOKUP(uint32_t) else LOOKUP(uint64_t)
+#undef LOOKUP
+        Py_END_ALLOW_THREADS
+        if (bad) error = "a rank lies past the table";
+    }
+    PyBuffer_Release(&rb); PyBuffer_Release(&tb); PyBuffer_Release(&db);
+    if (error) { PyErr_SetString(PyExc_ValueError, error); return NULL; }
+    return PyLong_FromSsize_t(escaped);
+}
+
+/* patch(ranks, escape, values, dst) -> None
+ * dst[i] = the next of values wherever ranks[i] == escape (values and dst:
+ * items of one size), values holding exactly one per such rank. */
+static PyObject *layout_patch(PyObject *self, PyObject *args) {
+    PyObject *ro, *vo, *dobj;
+    int escape;
+    if (!PyArg_ParseTuple(args, "OiOO", &ro, &escape, &vo, &dobj)) return NULL;
+    Py_buffer rb, vb, db;
+    if (PyObject_GetBuffer(ro, &rb, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (PyObject_GetBuffer(vo, &vb, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) { PyBuffer_Release(&rb); return NULL; }
+    if (PyObject_GetBuffer(dobj, &db, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&rb); PyBuffer_Release(&vb);
+        return NULL;
+    }
+    const int size = (int)db.itemsize;
+    const Py_ssize_t n = rb.len;
+    const char *error = NULL;
+    if ((size != 1 && size != 2 && size != 4 && size != 8) || vb.itemsize != size || db.len != n * size)
+        error = "values and dst must hold items of one size (1, 2, 4 or 8 bytes), dst one per rank";
+    else {
+        const uint8_t *ranks = rb.buf;
+        Py_ssize_t have = vb.len / size, j = 0;
+        for (Py_ssize_t i = 0; i < n && j <= have; i++)
+            if (ranks[i] == escape) {
+                if (j < have) store_item(db.buf, size, i, load_item(vb.buf, size, j));
+                j++;
+            }
+        if (j != have) error = "values must hold one item per escaped rank";
+    }
+    PyBuffer_Release(&rb); PyBuffer_Release(&vb); PyBuffer_Release(&db);
+    if (error) { PyErr_SetString(PyExc_ValueError, error); return NULL; }
+    Py_RETURN_NONE;
+}
+
+/* unpack(packed, bits, dst) -> None
+ * dst[i] = lane i % (8 / bits) of packed byte i / (8 / bits), lanes from
+ * the low bits up (bits 1, 2 or 4): the inverse of pack_bits. packed must
+ * hold exactly the bytes dst's count needs. */
+static PyObject *layout_unpack(PyObject *self, PyObject *args) {
+    PyObject *po, *dobj;
+    int bits;
+    if (!PyArg_ParseTuple(args, "OiO", &po, &bits, &dobj)) return NULL;
+    if (bits != 1 && bits != 2 && bits != 4) { PyErr_SetString(PyExc_ValueError, "bits must be 1, 2 or 4"); return NULL; }
+    Py_buffer pb, db;
+    if (PyObject_GetBuffer(po, &pb, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (PyObject_GetBuffer(dobj, &db, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) { PyBuffer_Release(&pb); return NULL; }
+    const int per = 8 / bits;
+    const Py_ssize_t n = db.len;
+    int ok = pb.len == (n + per - 1) / per;
+    if (ok) {
+        const uint8_t *p = pb.buf, mask = (uint8_t)((1 << bits) - 1);
+        uint8_t *d = db.buf;
+        const Py_ssize_t whole = n / per;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t b = 0; b < whole; b++) {
+            uint8_t v = p[b];
+            for (int l = 0; l < per; l++) d[b * per + l] = (uint8_t)((v >> (l * bits)) & mask);
+        }
+        for (Py_ssize_t i = whole * per; i < n; i++) d[i] = (uint8_t)((p[i / per] >> ((i % per) * bits)) & mask);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&pb); PyBuffer_Release(&db);
+    if (!ok) { PyErr_SetString(PyExc_ValueError, "packed must hold the bytes of len(dst) lanes"); return NULL; }
+    Py_RETURN_NONE;
+}
+
+/* interleave(planes, dst) -> None
+ * Byte j of dst's item i = planes[j][i], bytes past the planes zero: the
+ * inverse of byte_planes. planes: 1 to itemsize byte buffers of n bytes
+ * each; dst: n items of 1, 2, 4 or 8 bytes. One write a word; numpy
+ * zeroed the words, then copied each plane with a stride. */
+static PyObject *layout_interleave(PyObject *self, PyObject *args) {
+    PyObject *po, *dobj;
+    if (!PyArg_ParseTuple(args, "OO", &po, &dobj)) return NULL;
+    PyObject *seq = PySequence_Fast(po, "planes must be a sequence");
+    if (!seq) return NULL;
+    Py_buffer db, pb[8];
+    const uint8_t *pl[8];
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq), held = 0;
+    int ok = 0;
+    if (PyObject_GetBuffer(dobj, &db, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) { Py_DECREF(seq); return NULL; }
+    const int size = (int)db.itemsize;
+    const Py_ssize_t n = (size == 1 || size == 2 || size == 4 || size == 8) ? db.len / size : -1;
+    if (n < 0 || k < 1 || k > size) { PyErr_SetString(PyExc_ValueError, "1 to itemsize planes, dst of 1, 2, 4 or 8-byte items"); goto release; }
+    for (; held < k; held++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, held), &pb[held], PyBUF_C_CONTIGUOUS) < 0) goto release;
+        pl[held] = pb[held].buf;
+        if (pb[held].len != n) { held++; PyErr_SetString(PyExc_ValueError, "every plane holds one byte per item of dst"); goto release; }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    uint8_t *d = db.buf;
+#define WEAVE(T) { T *w = (T *)d; for (Py_ssize_t i = 0; i < n; i++) { T v = 0; \
+        for (int j = 0; j < k; j++) { v |= (T)pl[j][i] << (8 * j); } w[i] = v; } }
+    if (k == 3 && size == 4) {  /* 24-bit fields: unrolled, the compiler vectorizes it */
+        const uint8_t *a = pl[0], *b = pl[1], *c = pl[2];
+        uint32_t *w = (uint32_t *)d;
+        for (Py_ssize_t i = 0; i < n; i++) w[i] = (uint32_t)a[i] | (uint32_t)b[i] << 8 | (uint32_t)c[i] << 16;
+    } else if (k == 2 && size == 2) {
+        const uint8_t *a = pl[0], *b = pl[1];
+        uint16_t *w = (uint16_t *)d;
+        for (Py_ssize_t i = 0; i < n; i++) w[i] = (uint16_t)(a[i] | b[i] << 8);
+    } else if (size == 1) WEAVE(uint8_t) else if (size == 2) WEAVE(uint16_t) else if (size == 4) WEAVE(uint32_t) else WEAVE(uint64_t)
+#undef WEAVE
+    Py_END_ALLOW_THREADS
+    ok = 1;
+release:
+    for (Py_ssize_t j = 0; j < held; j++) PyBuffer_Release(&pb[j]);
+    PyBuffer_Release(&db);
+    Py_DECREF(seq);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"transpose", layout_transpose, METH_VARARGS, "transpose(src, rows, cols, itemsize, dst) -> None"},
-    {"scatter", layout_scatter, METH_VARARGS, "scatter(classes, parts, itemsize, dst) -> None"},
     {"place", layout_place, METH_VARARGS, "place(src, width, records, stride, offset, dst) -> None"},
     {"join", layout_join, METH_VARARGS, "join(src, ranges, dst, first) -> None"},
     {"classify", layout_classify, METH_VARARGS, "classify(context, table, classes) -> counts of the 256 classes"},
+    {"scatter_join", layout_scatter_join, METH_VARARGS, "scatter_join(classes, parts, rest_ranges, context, context_ranges, dst) -> None"},
+    {"lookup", layout_lookup, METH_VARARGS, "lookup(ranks, table, dst) -> how many ranks escape"},
+    {"patch", layout_patch, METH_VARARGS, "patch(ranks, escape, values, dst) -> None"},
+    {"unpack", layout_unpack, METH_VARARGS, "unpack(packed, bits, dst) -> None"},
+    {"interleave", layout_interleave, METH_VARARGS, "interleave(planes, dst) -> None"},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_layout", "Layout kernels: a tiled transpose, the inverse of a partition.", -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_layout", "Layout kernels: the inverses of the layout operators, one pass each.", -1, methods};
 
 PyMODINIT_FUNC PyInit__layout(void) { return PyModule_Create(&module); }

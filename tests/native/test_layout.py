@@ -1,5 +1,7 @@
 """The layout kernels against numpy: the tiled transpose, the partition's classify
-and scatter, the records' column copy, the fields' join; hostile arguments refused."""
+and scatter_join, the records' column copy, the fields' join, the rank's
+lookup and patch, pack_bits' unpack, byte planes' interleave; hostile arguments
+refused."""
 
 from __future__ import annotations
 
@@ -26,32 +28,6 @@ def test_bad_arguments_are_refused():
         delta._layout.transpose(x, 3, 4, 2, x)  # in place
     with pytest.raises(ValueError):
         delta._layout.transpose(x, 3, 4, 3, np.empty_like(x))  # item size
-
-
-@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
-@pytest.mark.parametrize("k", [1, 3, 200])
-def test_scatter_puts_each_class_in_order(dtype, k):
-    rng = np.random.default_rng(k)
-    cls = rng.integers(0, k, 5000).astype(np.uint8)
-    x = rng.integers(0, 1 << 30, 5000).astype(dtype)
-    parts = [x[cls == j] for j in range(k)]
-    out = np.empty_like(x)
-    delta._layout.scatter(cls, parts, x.itemsize, out)
-    assert np.array_equal(out, x)
-
-
-def test_scatter_refuses_parts_that_do_not_match_the_classes():
-    cls = np.array([0, 1, 1, 0, 2], np.uint8)
-    x = np.arange(5, dtype=np.uint16)
-    good = [x[cls == j] for j in range(3)]
-    for parts in (good[:2], [good[0], good[1][:1], good[2]], [good[0], good[1], np.zeros(2, np.uint16)],
-                  [good[0], good[1], good[2], np.zeros(1, np.uint16)], [good[0].view(np.uint8)[:3]] + good[1:]):
-        with pytest.raises(ValueError):
-            delta._layout.scatter(cls, parts, 2, np.empty_like(x))
-    with pytest.raises(ValueError):
-        delta._layout.scatter(cls, good, 2, np.empty(4, np.uint16))  # wrong size
-    with pytest.raises(ValueError):
-        delta._layout.scatter(cls, [], 2, np.empty_like(x))
 
 
 def test_partition_decodes_alike_with_and_without_the_kernel(monkeypatch):
@@ -139,3 +115,122 @@ def test_classify_counts_and_refuses_values_past_the_table():
     assert cls.tolist() == [2, 0, 1, 2, 2, 0] and counts[:3] == [2, 1, 3] and sum(counts) == 6
     with pytest.raises(ValueError):
         delta._layout.classify(np.array([0, 4], np.uint16), table, np.empty(2, np.uint8))
+
+
+# scatter_join: the partition's scatter and joins at once. Ranges from the word's
+# high bits down take the BMI2 deposit kernels (in the widths floats have); the
+# others, and other widths, the element-by-element loop.
+@pytest.mark.parametrize("rest,context,bits,rest_dtype,context_dtype", [
+    ([[31, 1], [0, 23]], [[23, 8]], 32, np.uint32, np.uint8),   # F32 by exponent: deposit
+    ([[15, 1], [0, 7]], [[7, 8]], 16, np.uint8, np.uint8),      # BF16: deposit
+    ([[15, 1], [0, 10]], [[10, 5]], 16, np.uint16, np.uint8),   # F16: deposit
+    ([[0, 23], [31, 1]], [[23, 8]], 32, np.uint32, np.uint8),   # low range first: elementwise
+    ([[31, 1], [0, 23]], [[23, 8]], 32, np.uint32, np.uint16),  # a width without a kernel
+    ([[63, 1], [0, 52]], [[52, 11]], 64, np.uint64, np.uint16), # F64: deposit
+])
+@pytest.mark.parametrize("k", [1, 5, 200])
+def test_scatter_join_is_scatter_then_join(rest, context, bits, rest_dtype, context_dtype, k):
+    from brevis.dsl import fields
+    from brevis.dsl.types import Field
+
+    rng = np.random.default_rng(k * bits)
+    t, n = Field(bits), 4001
+    x = rng.integers(0, 1 << 62, n, dtype=np.uint64).astype(t.container)
+    ctx, rest_field = fields._split(x, [context, rest])
+    ctx = ctx.astype(context_dtype)
+    cls = rng.integers(0, k, n).astype(np.uint8)
+    parts = [rest_field[cls == j].astype(rest_dtype) for j in range(k)]
+    out = np.empty(n, t.container)
+    delta._layout.scatter_join(cls, parts, [tuple(r) for r in rest], ctx, [tuple(r) for r in context], out)
+    assert np.array_equal(out, x)
+
+
+def test_scatter_join_refuses_parts_that_do_not_match_the_classes():
+    cls = np.array([0, 1, 1, 0, 2], np.uint8)
+    ctx = np.arange(5, dtype=np.uint8)
+    x = np.arange(5, dtype=np.uint32)
+    good = [x[cls == j] for j in range(3)]
+    out = np.empty(5, np.uint32)
+    for ranges in ([(0, 23)], [(0, 23), (31, 1)]):  # the deposit kernel and the elementwise loop
+        for parts in (good[:2], [good[0], good[1][:1], good[2]], [good[0], good[1], np.zeros(2, np.uint32)],
+                      [good[0], good[1], good[2], np.zeros(1, np.uint32)], [good[0].view(np.uint8)[:3]] + good[1:],
+                      [good[0], good[1].astype(np.uint16), good[2]]):
+            with pytest.raises(ValueError):
+                delta._layout.scatter_join(cls, parts, ranges, ctx, [(23, 8)], out)
+    with pytest.raises(ValueError):
+        delta._layout.scatter_join(cls, good, [(0, 23)], ctx, [(23, 8)], np.empty(4, np.uint32))  # wrong size
+    with pytest.raises(ValueError):
+        delta._layout.scatter_join(cls, good, [(0, 33)], ctx, [(23, 8)], out)  # outside the word
+    with pytest.raises(ValueError):
+        delta._layout.scatter_join(cls, [], [(0, 23)], ctx, [(23, 8)], out)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
+def test_lookup_and_patch_undo_ranks(dtype):
+    rng = np.random.default_rng(7)
+    table = rng.integers(0, 200, 16).astype(dtype)
+    table[-1] = 0  # the escape's entry
+    ranks = rng.integers(0, 16, 3001).astype(np.uint8)
+    out = np.empty(len(ranks), dtype)
+    escaped = delta._layout.lookup(ranks, table, out)
+    assert escaped == int(np.count_nonzero(ranks == 15))
+    values = rng.integers(0, 255, escaped).astype(dtype)
+    delta._layout.patch(ranks, 15, values, out)
+    want = table[ranks]
+    want[ranks == 15] = values
+    assert np.array_equal(out, want)
+    with pytest.raises(ValueError):
+        delta._layout.lookup(np.array([16], np.uint8), table, np.empty(1, dtype))  # past the table
+    for wrong in (values[:-1], np.append(values, values[:1])):
+        with pytest.raises(ValueError):
+            delta._layout.patch(ranks, 15, wrong, out)
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4])
+@pytest.mark.parametrize("n", [0, 1, 7, 4001])
+def test_unpack_undoes_pack_bits(bits, n, monkeypatch):
+    from brevis.dsl import REGISTRY, Program, decode, encode, fields
+    from brevis.dsl.types import Field
+
+    x = np.random.default_rng(n).integers(0, 1 << bits, n).astype(np.uint8)
+    program = Program(REGISTRY["pack_bits"](), (Program(REGISTRY["raw"](), ()),))
+    streams = [memoryview(s) for s in encode(program, x, Field(bits))]
+    fast = decode(program, Field(bits), n, streams)
+    monkeypatch.setattr(fields, "_layout", None)
+    assert np.array_equal(fast, x) and np.array_equal(decode(program, Field(bits), n, streams), x)
+    if n:
+        with pytest.raises(ValueError):
+            delta._layout.unpack(np.zeros(len(streams[0]) + 1, np.uint8), bits, np.empty(n, np.uint8))
+
+
+@pytest.mark.parametrize("bits", [8, 12, 16, 24, 32, 40, 64])
+def test_interleave_undoes_byte_planes(bits, monkeypatch):
+    from brevis.dsl import REGISTRY, Program, decode, encode, planes
+    from brevis.dsl.types import Field
+
+    t = Field(bits)
+    x = np.random.default_rng(bits).integers(0, 1 << 62, 2001, dtype=np.uint64).astype(t.container)
+    x &= t.container.type((1 << bits) - 1)
+    program = Program(REGISTRY["byte_planes"](), tuple(Program(REGISTRY["raw"](), ()) for _ in range((bits + 7) // 8)))
+    streams = [memoryview(s) for s in encode(program, x, t)]
+    fast = decode(program, t, len(x), streams)
+    monkeypatch.setattr(planes, "_layout", None)
+    assert np.array_equal(fast, x) and np.array_equal(decode(program, t, len(x), streams), x)
+    with pytest.raises(ValueError):
+        delta._layout.interleave([np.zeros(3, np.uint8)] * 9, np.empty(3, np.uint64))  # more planes than bytes
+    with pytest.raises(ValueError):
+        delta._layout.interleave([np.zeros(3, np.uint8), np.zeros(2, np.uint8)], np.empty(3, np.uint16))
+
+
+def test_rank_decodes_alike_with_and_without_the_kernels(monkeypatch):
+    from brevis.dsl import REGISTRY, Program, decode, encode, symbols
+    from brevis.dsl.types import Field
+
+    rng = np.random.default_rng(11)
+    x = rng.choice([120, 121, 122, 119, 3000], 5000, p=[0.4, 0.3, 0.2, 0.09, 0.01]).astype(np.uint16)
+    program = Program(REGISTRY["rank"](symbols=[120, 121, 122, 119]),
+                      (Program(REGISTRY["raw"](), ()), Program(REGISTRY["raw"](), ())))
+    streams = [memoryview(s) for s in encode(program, x, Field(16))]
+    fast = decode(program, Field(16), len(x), streams)
+    monkeypatch.setattr(symbols, "_layout", None)
+    assert np.array_equal(fast, x) and np.array_equal(decode(program, Field(16), len(x), streams), x)
