@@ -144,6 +144,11 @@ def roundtrip(program: Program, t: Field, x: np.ndarray) -> list[bytes]:
     assert out.dtype == t.container
     assert out.shape == (len(x),)
     assert as_bytes(out) == as_bytes(x), f"{program.describe(t)} on {t} changed the bytes"
+    # Into a chunk's place, as decompressing does (a root with writes_into
+    # rebuilds there; the others are copied in): the same bytes, in `into`.
+    into = np.full(len(x), 0x5A, dtype=t.container)
+    got = decode(program, t, len(x), [memoryview(s) for s in streams], reference, into)
+    assert got is into and as_bytes(into) == as_bytes(x), f"{program.describe(t)} on {t} decoded into place wrongly"
     return streams
 
 

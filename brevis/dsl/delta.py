@@ -151,19 +151,22 @@ class Transpose(Operator):
             raise NotApplicable("chunk is not whole rows")
         return [_transposed(x, len(x) // c, c)]
 
-    def inverse(self, n, t, read):
+    writes_into = True
+
+    def inverse(self, n, t, read, out=None):
         c = self._config["cols"]
         if n % c:
             raise FormatError("transpose: chunk is not whole rows")
         y = read(0, n).astype(t.container, copy=False)
-        return _transposed(y, c, n // c)
+        return _transposed(y, c, n // c, out)
 
 
-def _transposed(x: np.ndarray, rows: int, cols: int) -> np.ndarray:
-    """x (rows x cols, row by row) column by column: the C tiled kernel, or numpy."""
+def _transposed(x: np.ndarray, rows: int, cols: int, out: np.ndarray | None = None) -> np.ndarray:
+    """x (rows x cols, row by row) column by column: the C tiled kernel (in
+    `out`, of x's dtype, where given), or numpy."""
     x = np.ascontiguousarray(x)
     if _layout is None or x.itemsize not in (1, 2, 4, 8):
         return np.ascontiguousarray(x.reshape(rows, cols).T).reshape(-1)
-    out = np.empty_like(x)
+    out = np.empty_like(x) if out is None else out
     _layout.transpose(x, rows, cols, x.itemsize, out)
     return out

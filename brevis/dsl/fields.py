@@ -99,13 +99,14 @@ def _split(x: np.ndarray, groups: list[list[list[int]]]) -> list[np.ndarray]:
     return out
 
 
-def _join(n: int, t: Field, groups, values) -> np.ndarray:
-    """The words of t rebuilt from one value per group. `values` may be an
-    iterator that decodes each child when it is reached: one child is held
-    at a time, besides the output and one temporary of the output's size."""
+def _join(n: int, t: Field, groups, values, out: np.ndarray | None = None) -> np.ndarray:
+    """The words of t rebuilt from one value per group (in `out`, where
+    given, by the C kernel). `values` may be an iterator that decodes each child when it is
+    reached: one child is held at a time, besides the output and one
+    temporary of the output's size."""
     container = t.container
     if _layout is not None:  # one pass per range in C, no temporary
-        x, first = np.empty(n, container), True
+        x, first = (np.empty(n, container) if out is None else out), True
         values = iter(values)
         for group in groups:
             _layout.join(np.ascontiguousarray(next(values)), [tuple(r) for r in group], x, first)
@@ -192,9 +193,11 @@ class BitFields(Operator):
         output and its temporary, once the first child is in."""
         return 2 * t.container.itemsize if i else 0
 
-    def inverse(self, n, t, read: ReadChild):
+    writes_into = True
+
+    def inverse(self, n, t, read: ReadChild, out=None):
         groups = self.groups(t)
-        return _join(n, t, groups, (read(i, n) for i in range(len(groups))))
+        return _join(n, t, groups, (read(i, n) for i in range(len(groups))), out)
 
 
 @register

@@ -72,24 +72,25 @@ def decode(program: Program, t: Field, n: int, streams: Sequence[memoryview],
             raise FormatError(f"program reads 1 of {len(streams)} streams")
         program.node.decode_into(streams[0], n, t, out)
         return out
-    value = _decode(program, t, n, streams, cursor, reference)
+    value = _decode(program, t, n, streams, cursor, reference, out)
     if cursor[0] != len(streams):
         raise FormatError(f"program read {cursor[0]} of {len(streams)} streams")
     if value.dtype != t.container or value.shape != (n,):
         raise FormatError("program produced a value of the wrong shape")
-    if out is None:
-        return value
-    out[:] = value
-    return out
+    return value
 
 
-def _decode(program: Program, t: Field, n: int, streams, cursor: list[int], reference=None) -> np.ndarray:
+def _decode(program: Program, t: Field, n: int, streams, cursor: list[int], reference=None,
+            out: np.ndarray | None = None) -> np.ndarray:
     node = program.node
     if isinstance(node, Coder):
         if cursor[0] >= len(streams):
             raise FormatError("program needs more streams than stored")
         data = streams[cursor[0]]
         cursor[0] += 1
+        if out is not None:
+            node.decode_into(data, n, t, out)
+            return out
         return node.decode(data, n, t)
     assert isinstance(node, Operator)
     types = node.child_types(t)
@@ -108,4 +109,6 @@ def _decode(program: Program, t: Field, n: int, streams, cursor: list[int], refe
         decoded[0] += 1
         return value
 
+    if out is not None:  # the root of a chunk: into the chunk's place
+        return node.inverse_into(n, t, read, reference, out)
     return node.inverse_ref(n, t, read, reference)

@@ -146,6 +146,22 @@ class Operator(Production):
         """inverse() given the base tensor's elements (as in forward_ref)."""
         return self.inverse(n, t, read)
 
+    # Whether inverse() takes `out=`: n elements of t's container to rebuild
+    # the elements in where it can (it may return a new array instead). A
+    # chunk's root then writes straight into the chunk's place in its file.
+    writes_into: ClassVar[bool] = False
+
+    def inverse_into(self, n: int, t: Field, read: ReadChild, reference: np.ndarray | None,
+                     out: np.ndarray) -> np.ndarray:
+        """inverse_ref()'s elements in `out` (returned; undefined if this raises)."""
+        if self.writes_into and reference is None:
+            value = self.inverse(n, t, read, out=out)
+        else:
+            value = self.inverse_ref(n, t, read, reference)
+        if value is not out:
+            out[:] = value
+        return out
+
 
 class Coder(Production):
     """A leaf: one value in, the bytes of one stream out."""

@@ -39,11 +39,13 @@ class BytePlanes(Operator):
         as_bytes = x.view(np.uint8).reshape(len(x), x.itemsize)
         return [np.ascontiguousarray(as_bytes[:, i]) for i in range(planes)]
 
-    def inverse(self, n, t, read):
+    writes_into = True
+
+    def inverse(self, n, t, read, out=None):
         size = t.container.itemsize
         planes = [read(i, n) for i in range(len(self.child_types(t)))]
         if _layout is not None and size in (1, 2, 4, 8):  # one write a word, in C
-            out = np.empty(n, t.container)
+            out = np.empty(n, t.container) if out is None else out
             _layout.interleave([np.ascontiguousarray(p, dtype=np.uint8) for p in planes], out)
             return out
         if size == 2 and len(planes) == 2 and planes[0].dtype == planes[1].dtype == np.uint8:

@@ -94,13 +94,15 @@ class Rank(Operator):
         exceptions, the ranks, the output and which elements are escaped."""
         return types[0].container.itemsize + t.container.itemsize + 1 if i else 0
 
-    def inverse(self, n, t, read):
+    writes_into = True
+
+    def inverse(self, n, t, read, out=None):
         symbols = self._config["symbols"]
         T = len(symbols)
         ranks = read(0, n)  # small unsigned integers: index the table directly
         table = np.array(symbols + [0], dtype=t.container)
         if _layout is not None:  # one pass in C, and one more only where ranks escape
-            out = np.empty(n, t.container)
+            out = np.empty(n, t.container) if out is None else out
             ranks = np.ascontiguousarray(ranks, dtype=np.uint8)
             try:
                 count = _layout.lookup(ranks, table, out)
@@ -222,7 +224,9 @@ class Partition(Operator):
             return 0
         return types[0].container.itemsize + 1 + (types[1].container.itemsize if i > 1 else 0)
 
-    def inverse(self, n, t, read):
+    writes_into = True
+
+    def inverse(self, n, t, read, out=None):
         types = self.child_types(t)
         context = read(0, n)
         k = len(types) - 1
@@ -236,13 +240,13 @@ class Partition(Operator):
                 raise FormatError(f"partition: {e}") from None
             parts = [np.ascontiguousarray(read(j + 1, count), dtype=rest_type) for j, count in enumerate(totals[:k])]
             # Each element's class part and context put together into its word at once.
-            out = np.empty(n, t.container)
+            out = np.empty(n, t.container) if out is None else out
             _layout.scatter_join(cls, parts, [tuple(r) for r in self._config["rest"]], np.ascontiguousarray(context),
                                  [tuple(r) for r in self._config["context"]], out)
             return out
         if k <= FEW_CLASSES and all(len(c) == 1 for c in classes):
             rest = self._inverse_singletons(n, types, context, [c[0] for c in classes], read)
-            return _join(n, t, self._groups(), [context, rest])
+            return _join(n, t, self._groups(), [context, rest], out)
         table = self._class_table(types[0].bits)
         cls = _take(table, context)
         starts = range(0, n, BLOCK)
@@ -256,12 +260,12 @@ class Partition(Operator):
         used = [0] * k  # elements of each part placed so far
         for b, i in enumerate(starts):
             block = cls[i:i + BLOCK]
-            out = rest[i:i + BLOCK]
+            place = rest[i:i + BLOCK]
             if k <= FEW_CLASSES:
                 for j in range(k):
                     at = np.flatnonzero(block == j)
                     if len(at):
-                        out[at] = parts[j][used[j]:used[j] + len(at)]
+                        place[at] = parts[j][used[j]:used[j] + len(at)]
                         used[j] += len(at)
                 continue
             gathered = []
@@ -269,9 +273,9 @@ class Partition(Operator):
                 c = int(block_counts[b][j])
                 gathered.append(parts[j][used[j]:used[j] + c])
                 used[j] += c
-            out[np.argsort(block, kind="stable")] = np.concatenate(gathered) if len(gathered) > 1 else gathered[0]
+            place[np.argsort(block, kind="stable")] = np.concatenate(gathered) if len(gathered) > 1 else gathered[0]
         parts = cls = None  # freed before the output is made
-        return _join(n, t, self._groups(), [context, rest])
+        return _join(n, t, self._groups(), [context, rest], out)
 
     @staticmethod
     def _inverse_singletons(n, types, context, values, read) -> np.ndarray:
