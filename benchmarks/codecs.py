@@ -174,19 +174,21 @@ class WholeFile(PerFile):
 # ---------------------------------------------------------------- Brevis
 
 class Brevis(Codec):
-    """Brevis has no bytes-in API: compression "in memory" is the Python API
-    from the files (in the page cache) to an archive on tmpfs, the same
-    work as file to file on tmpfs. Decompression in memory decodes every
-    chunk into one buffer per file with the library's own job runner (the
-    same jobs, threads or worker processes as `brevis.decompress`), every
-    chunk's stream checks and digest checked (the archive's format version's:
-    XXH3 and BLAKE3 from version 3 on), no file written."""
+    """Brevis has no bytes-in API for compression: compression "in memory"
+    is the Python API from the files (in the page cache) to an archive on
+    tmpfs, the same work as file to file on tmpfs. Decompression in memory
+    is `brevis.unpack` on the archive's bytes, read into memory before the
+    clock as every peer's input is: every file decoded into one buffer of
+    its own on N threads, every chunk's stream checks and digest checked
+    (the archive's format version's: XXH3 and BLAKE3 from version 3 on), no
+    file written."""
 
     name, label = "brevis", "Brevis"
     reads_files = True
     imports = ("contextlib", "brevis.api", "brevis.archive.reader", "brevis.codec.chunks", "brevis.codec.decoder",
                "brevis.codec.encoder", "brevis.workers.heap")
-    threads_note = "chunks in worker processes (inputs of 8 MiB or more) or threads"
+    threads_note = ("file to file: chunks in worker processes (from 3 threads, inputs of 32 MiB or more) or "
+                    "threads; in memory (brevis.unpack): threads")
 
     def compress(self, files, names, metas, work, threads):
         import brevis
@@ -208,79 +210,14 @@ class Brevis(Codec):
         pass  # the archive is under `work` already
 
     def load(self, work, names):
-        return [work / "item.brv"]
+        with open(work / "item.brv", "rb") as f:
+            return f.read()
 
     def decompress_memory(self, loaded, names, threads):
-        return decode_into_memory(loaded[0], names, threads)
+        import brevis
 
-
-_BUFFERS: dict[tuple[str, int], object] = {}  # per process: (archive, file index) -> its decoded bytes
-
-
-class IntoMemory:
-    """A sink for brevis.codec.chunks.run_jobs: a file's decoded chunks are
-    decoded into (or copied into) one buffer of the file's size, in the
-    process that decodes them (allocated there on first use: with worker
-    processes each touches only the pages of its own chunks). Damage raises, as when decompressing.
-    Not a CheckOnly, so no chunk is skipped as a repeat of one checked."""
-
-    keeps_going = False
-
-    def __init__(self, archive: str, file: int, size: int):
-        self.archive, self.file, self.size = archive, file, size
-
-    def open(self):
-        import numpy as np
-
-        key = (self.archive, self.file)
-        buf = _BUFFERS.get(key)
-        if buf is None:
-            buf = _BUFFERS[key] = np.empty(self.size, np.uint8)
-        return buf
-
-    def buffer(self, buf, offset: int, length: int):
-        """Where a chunk's bytes go: a chunk that one leaf codes decodes
-        straight into them (brevis.codec.chunks.run_job)."""
-        return buf[offset: offset + length]
-
-    def put(self, buf, data, offset: int):
-        # memoryview assignment is a memcpy; numpy's own copy into pages not
-        # yet touched was measured 10-20x slower on this machine's VMs
-        # (minilm: 0.24 s of a 0.54 s decode), a cost of the copy, not of Brevis.
-        memoryview(buf)[offset: offset + len(data)] = memoryview(data)
-        return None
-
-    def close(self, buf) -> None:
-        pass
-
-
-def decode_into_memory(archive: Path, names: list[str], threads: int) -> list[Parts] | None:
-    """Every chunk of the archive decoded into memory, chosen and run as
-    brevis.decompress runs them; each file's bytes in names' order, or None
-    where worker processes decoded them (their buffers stay there)."""
-    from contextlib import closing
-
-    from brevis.archive.reader import ArchiveReader
-    from brevis.codec.chunks import ChunkDecoder, executing, run_jobs
-    from brevis.workers.heap import keep_freed_memory
-
-    keep_freed_memory()  # as decompress and verify do
-    key = str(Path(archive).absolute())
-    with ArchiveReader(Path(archive)) as reader, executing(reader.index, threads) as how:
-        files = reader.index.files
-        sinks = [IntoMemory(key, i, f.size) for i, f in enumerate(files)]
-        done = 0
-        with closing(run_jobs(ChunkDecoder(reader), sinks.__getitem__, how)) as results:
-            for _, (n, problems) in results:
-                if problems:
-                    raise RuntimeError(f"brevis decode: {problems}")
-                done += n
-        if done != reader.index.original_bytes:
-            raise RuntimeError(f"brevis decode: {done} bytes decoded of {reader.index.original_bytes}")
-        if how.processes is not None:
-            return None
-        by_path = {f.path: i for i, f in enumerate(files)}
-        return [[_BUFFERS.get((key, by_path[n]), b"")] for n in names]
+        files = brevis.unpack(loaded, threads=threads)
+        return [[files[n]] for n in names]
 
 
 # ---------------------------------------------------------------- general-purpose peers

@@ -68,11 +68,11 @@ def markdown(res: dict) -> str:
         ("one run each" if res.get("repeat", 1) == 1 else f"best of {res['repeat']} runs each") + ":\n",
         "- **in memory** (mem): codec calls only. Peers: the input already in memory (read before the clock), "
         "the output kept in memory (a list of buffers per file), the codec's in-memory API with its objects "
-        "reused. Brevis, which has no bytes-in API: compression is `brevis.compress` from the files (in the "
-        "page cache) to an archive on tmpfs, fsync included (so it equals file to file on tmpfs); "
-        "decompression decodes every chunk of that archive into one buffer per file with Brevis's own job "
-        "runner (the threads or worker processes `brevis.decompress` would use), every chunk's stream "
-        "checks and digest checked (XXH3 and BLAKE3 from format version 3 on), no file written.",
+        "reused. Brevis, which has no bytes-in API for compression: compression is `brevis.compress` from the "
+        "files (in the page cache) to an archive on tmpfs, fsync included (so it equals file to file on "
+        "tmpfs); decompression is `brevis.unpack` on the archive's bytes (read into memory before the clock): "
+        "one buffer per file, on N threads, every chunk's stream checks and digest checked (XXH3 and BLAKE3 "
+        "from format version 3 on), no file written.",
         "- **file to file** on tmpfs and on disk: inputs read from the files (in the page cache), outputs "
         "written as files and fsync'ed before the clock stops (every codec; Brevis's compress fsyncs "
         "its archive itself), the way the codec's documentation does it for files (streaming for zstd, gzip, "
@@ -86,9 +86,7 @@ def markdown(res: dict) -> str:
         "(an upper bound); baseline = the same process after importing the codec's library and making its "
         "objects. In memory the peak holds the input and the output.\n",
         "Every output (each pass's) was decompressed and compared with its input by SHA-256 (in memory: the "
-        "buffers, hashed after the clock stopped), except Brevis's in-memory decoding in worker processes, "
-        "whose buffers stay in the workers: there every chunk's SHA-256 was checked against the archive, and "
-        "its file-to-file passes were compared. Threads: " +
+        "buffers, hashed after the clock stopped). Threads: " +
         "; ".join(f"{c['label']}: {c['threads_note']}" for c in codecs if c.get("threads_note")) + ". "
         "ZipNN runs only on items whose every file is mostly BF16/F16/F32; its overall figures cover those "
         "items only. Entropy = order-0 per-field entropy (benchmarks/README.md).\n",

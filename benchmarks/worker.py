@@ -21,8 +21,7 @@ Before the clock starts: the library's import and the codec's objects
 this process and the children it waited for spent in it (getrusage
 RUSAGE_SELF + RUSAGE_CHILDREN); the peak RSS (with worker processes, plus
 threads x the largest one's peak); in memory, the bytes of the compressed
-form, and each output file's SHA-256 (null where Brevis decoded in worker
-processes, whose buffers stay there). "idle" only imports the library and
+form, and each output file's SHA-256. "idle" only imports the library and
 makes the codec's objects: its peak is the codec's baseline.
 """
 
@@ -101,7 +100,7 @@ def main(argv: list[str]) -> None:
                     result["compressed_bytes"] = sum(len(memoryview(p).cast("B")) for parts in kept for p in parts)
                     codec.save(kept, names, work)
             else:
-                result["hashes"] = None if kept is None else [_sha256(parts) for parts in kept]
+                result["hashes"] = [_sha256(parts) for parts in kept]
     workers = workers_peak_mib()
     # Worker processes (Brevis from -j2 on large inputs) run beside this
     # one: count each at the largest one's peak, an upper bound.

@@ -5,6 +5,7 @@ execution rebuilds it bit for bit.
 
     brevis.compress("ckpt/", "ckpt.brv", threads=2)   # a folder, a file, or a list of them
     brevis.decompress("ckpt.brv", "copy/")
+    brevis.unpack(archive_bytes)["model.safetensors"]  # every file into memory, checked
     brevis.verify("ckpt.brv", sources="ckpt/")["ok"]
     brevis.inspect("ckpt.brv"); brevis.ls("ckpt.brv")
     with brevis.open("ckpt.brv") as ckpt: ckpt["w"]    # one tensor, decoded alone
@@ -23,11 +24,11 @@ signal handling in place before the heavy imports (numpy, zstandard) run.
 
 __version__ = "0.1.0"
 
-_API = {"compress", "decompress", "explain", "inspect", "learn_prior", "verify",
+_API = {"compress", "decompress", "unpack", "explain", "inspect", "learn_prior", "verify",
         "compress_many", "Archive", "extract", "ls", "open_archive", "cat", "default_archive",
         "compress_run", "remove_checkpoint", "inspect_run", "decompress_run", "verify_run"}
 
-__all__ = ["BrevisError", "compress", "decompress", "verify", "inspect", "ls", "extract", "cat",
+__all__ = ["BrevisError", "compress", "decompress", "unpack", "verify", "inspect", "ls", "extract", "cat",
            "open_archive", "Archive", "compress_many", "compress_run", "remove_checkpoint", "inspect_run",
            "decompress_run", "verify_run", "learn_prior", "explain", "default_archive",
            "safe_open", "load_file", "__version__"]

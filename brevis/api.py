@@ -117,6 +117,17 @@ def decompress(archive: str | os.PathLike, output: str | os.PathLike | None = No
                                executor=executor, processes=processes, modes=modes, mtimes=mtimes, only=only)
 
 
+def unpack(archive, *, threads: int = 1, base=None, progress: Progress = None) -> dict[str, memoryview]:
+    """Decode every archived file into memory, checking every checksum;
+    return {archived path: its bytes (a memoryview)}, no file written.
+
+    `archive`: a path, or the archive's bytes already in memory (bytes,
+    bytearray, memoryview, mmap), read in place without a copy. Decodes on
+    `threads` threads of this process. Links and folders are left out. An
+    archive in memory that was made against a base needs `base`."""
+    return _decoder.unpack(archive, threads=threads, base=base, progress=progress)
+
+
 def verify(archive: str | os.PathLike, sources=None, *, threads: int = 1, base=None, progress: Progress = None,
            executor=None, processes: bool | None = None) -> dict:
     """Decode everything and check every checksum; with `sources` (named as

@@ -323,6 +323,44 @@ def test_decompress_and_verify_with_threads(bigger, tmp_path):
         assert report["ok"], report["problems"]
 
 
+def test_unpack_gives_every_file_in_memory_from_a_path_or_bytes(bigger, tmp_path):
+    """brevis.unpack: the files' bytes, checked, from the archive's path or its
+    bytes in memory (any buffer, read in place), on any number of threads."""
+    import mmap
+
+    archive = tmp_path / "a.brv"
+    brevis.compress([bigger], archive, threads=1, chunk_bytes=4096)
+    want = {p: (bigger / p).read_bytes() for p in ("config.json", "model.safetensors", "more.safetensors",
+                                                  "sub/blob.bin")}
+    data = archive.read_bytes()
+    with open(archive, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        for source, threads in ((archive, 1), (str(archive), 2), (data, 1), (bytearray(data), 3),
+                                (memoryview(data), 2), (mapped, 2)):
+            got = brevis.unpack(source, threads=threads)
+            assert {p: bytes(v) for p, v in got.items()} == want
+            del got
+
+
+def test_unpack_refuses_damaged_or_truncated_bytes(bigger, tmp_path):
+    from brevis.errors import ChecksumError, FormatError, TruncatedError
+
+    archive = tmp_path / "a.brv"
+    brevis.compress([bigger], archive, threads=1)
+    data = archive.read_bytes()
+    with pytest.raises(TruncatedError):
+        brevis.unpack(data[:-3])
+    with pytest.raises(FormatError):
+        brevis.unpack(b"")
+    with ArchiveReader(archive) as reader:
+        offset = reader.index.files[1].segments[0].chunks[0].streams[0][0]
+    damaged = bytearray(data)
+    damaged[offset] ^= 0x10
+    with pytest.raises(ChecksumError):
+        brevis.unpack(damaged)
+    with pytest.raises(InvalidArgument):
+        brevis.unpack(np.zeros((4, 4), np.uint32)[:, 1])  # not contiguous
+
+
 def test_summary_and_inspect(bigger, tmp_path):
     archive = tmp_path / "a.brv"
     s = brevis.compress([bigger], archive, threads=1)

@@ -48,6 +48,18 @@ def test_delta_round_trip_and_gain(pair):
     assert brevis.verify(pair / "delta.brv", [pair / "tuned"], base=pair / "base")["ok"]
 
 
+def test_unpack_in_memory_needs_the_base(pair):
+    from brevis.errors import BaseRequired
+
+    brevis.compress([pair / "tuned"], pair / "delta.brv", base=pair / "base")
+    data = (pair / "delta.brv").read_bytes()
+    with pytest.raises(BaseRequired):
+        brevis.unpack(data)
+    got = brevis.unpack(data, base=pair / "base", threads=2)
+    for name in ("model.safetensors", "config.json"):
+        assert bytes(got[name]) == (pair / "tuned" / name).read_bytes()
+
+
 def test_base_may_be_an_archive(pair):
     brevis.compress([pair / "base"], pair / "base.brv")
     brevis.compress([pair / "tuned"], pair / "delta.brv", base=pair / "base.brv")

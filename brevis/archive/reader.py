@@ -1,6 +1,7 @@
 """Reading an archive: validate header, footer and index, then decode chunks.
 
-Streams are read with pread, so one reader serves many threads.
+Streams are read with pread, so one reader serves many threads; an archive
+already in memory (bytes, bytearray, mmap) is read in place, as views of it.
 """
 
 from __future__ import annotations
@@ -38,10 +39,27 @@ def count_entries(index: Index) -> int:
         len(f.segments) + sum(len(s.chunks) for s in f.segments) for f in index.files)
 
 
+MEMORY = Path("<memory>")  # the path an archive held in memory goes by in messages
+
+
 class ArchiveReader:
-    def __init__(self, path: Path):
+    """An archive's index, and its chunks decoded and checked. `data`: the
+    archive's bytes, held in memory by the caller (any contiguous buffer),
+    read without a copy; `path` then only names it in messages."""
+
+    def __init__(self, path: Path, data=None):
         self.path = Path(path)
         self.on_close: list = []  # callbacks run when the reader closes
+        self.buffer: memoryview | None = None
+        self.fd = -1
+        if data is not None:
+            try:
+                self.buffer = memoryview(data).cast("B")
+            except TypeError:
+                raise InvalidArgument(f"{self.path}: an archive in memory must be a contiguous bytes-like object") from None
+            self.size = len(self.buffer)
+            self.index = self._read_index()
+            return
         try:
             self.fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
@@ -58,12 +76,12 @@ class ArchiveReader:
             raise
 
     def _read_index(self) -> Index:
-        self.version = check_header(self.read(0, min(self.size, HEADER_SIZE), allow_short=True))
+        self.version = check_header(bytes(self.read(0, min(self.size, HEADER_SIZE), allow_short=True)))
         self.chunk_digest = chunk_digester(self.version)
         self.stream_check = stream_checker(self.version)
         if self.size < HEADER_SIZE + FOOTER_SIZE:
             raise TruncatedError("archive ends before its footer")
-        self.footer = Footer.unpack(self.read(self.size - FOOTER_SIZE, FOOTER_SIZE), self.size)
+        self.footer = Footer.unpack(bytes(self.read(self.size - FOOTER_SIZE, FOOTER_SIZE)), self.size)
         stored = self.read(self.footer.index_offset, self.footer.index_length)
         if index_digest(stored, self.version) != self.footer.digest:
             raise FormatError("index checksum mismatch")
@@ -91,7 +109,17 @@ class ArchiveReader:
             _last_index = (self.footer, index)
         return index
 
-    def read(self, offset: int, length: int, allow_short: bool = False) -> bytes:
+    @property
+    def in_memory(self) -> bool:
+        return self.buffer is not None
+
+    def read(self, offset: int, length: int, allow_short: bool = False) -> bytes | memoryview:
+        """`length` bytes from `offset` (fewer, where allow_short, at the end);
+        of an archive in memory, a view of them."""
+        if self.buffer is not None:
+            if offset < 0 or length < 0 or (offset + length > self.size and not allow_short):
+                raise TruncatedError(f"archive ends at {self.size}, inside a stream")
+            return self.buffer[offset: offset + length]
         try:
             data = os.pread(self.fd, length, offset)
         except OSError as e:
@@ -156,21 +184,24 @@ class ArchiveReader:
         the GIL once (entropy.decode_batch): decoding threads otherwise hand
         it over at every small chunk."""
         out: list = []
-        batch: list = []  # (position in out, segment, chunk, stream, target, into) awaiting decoding
+        batch: list = []  # (position in out, segment, chunk, stream, target, into, copy) awaiting decoding
         digest, check = self.chunk_digest, self.stream_check
 
         def flush() -> None:
             if not batch:
                 return
             try:
-                decode_batch([(stream, chunk.n, seg.value_type, target) for _, seg, chunk, stream, target, _ in batch])
+                decode_batch([(stream, chunk.n, seg.value_type, target) for _, seg, chunk, stream, target, _, _ in batch])
             except FormatError as e:
                 seg = batch[e.position][1]
                 raise FormatError(f"segment {seg.name!r}: a stream does not decode ({e})") from None
-            for pos, seg, chunk, _, target, into in batch:
-                data = target.view(np.uint8) if into is None else into
+            for pos, seg, chunk, _, target, into, copy in batch:
+                data = target.view(np.uint8) if into is None or copy else into
                 if digest(data) != chunk.digest:
                     raise ChecksumError(f"segment {seg.name!r}: decoded bytes do not match their checksum")
+                if copy:  # one memcpy into its place
+                    memoryview(into)[:] = memoryview(data)
+                    data = into
                 out[pos] = data
             batch.clear()
 
@@ -181,13 +212,17 @@ class ArchiveReader:
             t = seg.value_type
             target = self._target(seg, chunk, into)
             if (reference is None and chunk.n and not program.children and len(chunk.streams) == 1
-                    and batchable(program.node, t, target)):
+                    and batchable(program.node, t, None)):
                 stream = self._stored(chunk.streams)[0] if stored is None else stored[0]
                 off, _, crc = chunk.streams[0]
                 if check(stream) != crc:
                     raise ChecksumError(f"segment {seg.name!r}: stream 0 at offset {off} is damaged")
-                target = np.empty(chunk.n, t.container) if target is None else target
-                batch.append((len(out), seg, chunk, stream, target, into))
+                # A place not aligned to the elements (a tensor at an odd offset of
+                # its file, as ONNX puts them) is decoded beside it, then copied in:
+                # it stays in the batch instead of a decode of its own.
+                copy = target is not None and not batchable(program.node, t, target)
+                target = np.empty(chunk.n, t.container) if target is None or copy else target
+                batch.append((len(out), seg, chunk, stream, target, into, copy))
                 out.append(None)
                 continue
             flush()
@@ -244,6 +279,7 @@ class ArchiveReader:
     def close(self) -> None:
         while self.on_close:
             self.on_close.pop()()
+        self.buffer = None  # views of it handed out keep the caller's bytes alive
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1

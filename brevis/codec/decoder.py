@@ -18,13 +18,13 @@ from concurrent.futures import Executor
 from contextlib import closing
 from pathlib import Path
 
-from ..archive.reader import ArchiveReader
+from ..archive.reader import MEMORY, ArchiveReader
 from ..fs.atomic import io_failure, make_temp, remove_stale
 from ..errors import FormatError, InvalidArgument, IOFailure, OutputExists
 from ..fs.atomic import move_new
 from ..fs.staging import check_inside, finish_stage, make_dirs, move_into_place, remove_tree, stage_parent
 from ..workers.heap import keep_freed_memory
-from .chunks import ChunkDecoder, Executing, Progress, WriteInPlace, executing, run_jobs
+from .chunks import ChunkDecoder, Executing, IntoMemory, Progress, WriteInPlace, executing, run_jobs
 
 
 
@@ -81,6 +81,26 @@ def decompress(archive, output=None, *, threads: int = 1, force: bool = False,
     archive = Path(archive)
     with ArchiveReader(archive) as reader, executing(reader.index, threads, processes, executor, base) as how:
         return _decompress(reader, output, how, force, progress, base, start, modes, mtimes, only)
+
+
+def unpack(archive, *, threads: int = 1, base=None, progress: Progress = None) -> dict[str, memoryview]:
+    """Every archived file decoded into memory and checked: {archived path:
+    its bytes}. `archive`: a path, or the archive's bytes already in memory
+    (bytes, bytearray, memoryview, mmap), read in place. Threads only (the
+    buffers are this process's); links and folders are not in the result.
+    An archive in memory coded against a base needs `base`."""
+    keep_freed_memory()
+    data = None if isinstance(archive, (str, os.PathLike)) else archive
+    with ArchiveReader(MEMORY if data is not None else Path(archive), data) as reader, \
+            executing(reader.index, threads, False, None, base) as how:
+        decoder = ChunkDecoder(reader, base)
+        files = reader.index.files
+        sinks = [IntoMemory(f.size) for f in files]
+        with closing(run_jobs(decoder, sinks.__getitem__, how)) as results:
+            for _, (done, _) in results:
+                if progress:
+                    progress(done)
+        return {f.path: memoryview(s.data) for f, s in zip(files, sinks)}
 
 
 def _decompress(reader: ArchiveReader, output, how: Executing, force: bool, progress: Progress, base,
