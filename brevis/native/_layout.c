@@ -457,6 +457,18 @@ release:
     Py_RETURN_NONE;
 }
 
+/* The three buffers of a call that reads a byte array and a typed one and
+ * writes a typed one (lookup, patch): 0, or -1 with none held. */
+static int take_three(PyObject *bytes, PyObject *typed, PyObject *dst, Py_buffer *bb, Py_buffer *tb, Py_buffer *db) {
+    if (PyObject_GetBuffer(bytes, bb, PyBUF_C_CONTIGUOUS) < 0) return -1;
+    if (PyObject_GetBuffer(typed, tb, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) { PyBuffer_Release(bb); return -1; }
+    if (PyObject_GetBuffer(dst, db, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(bb); PyBuffer_Release(tb);
+        return -1;
+    }
+    return 0;
+}
+
 /* lookup(ranks, table, dst) -> escaped
  * dst[i] = table[ranks[i]] (ranks: bytes; table and dst: items of one size,
  * 1, 2, 4 or 8 bytes) and how many ranks equal len(table) - 1, the escape
@@ -466,12 +478,7 @@ static PyObject *layout_lookup(PyObject *self, PyObject *args) {
     PyObject *ro, *to, *dobj;
     if (!PyArg_ParseTuple(args, "OOO", &ro, &to, &dobj)) return NULL;
     Py_buffer rb, tb, db;
-    if (PyObject_GetBuffer(ro, &rb, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-    if (PyObject_GetBuffer(to, &tb, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) { PyBuffer_Release(&rb); return NULL; }
-    if (PyObject_GetBuffer(dobj, &db, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
-        PyBuffer_Release(&rb); PyBuffer_Release(&tb);
-        return NULL;
-    }
+    if (take_three(ro, to, dobj, &rb, &tb, &db) < 0) return NULL;
     const int size = (int)db.itemsize;
     const Py_ssize_t n = rb.len, entries = tb.itemsize ? tb.len / tb.itemsize : 0;
     Py_ssize_t escaped = 0;
@@ -485,13 +492,10 @@ static PyObject *layout_lookup(PyObject *self, PyObject *args) {
         const Py_ssize_t top = entries - 1;
         int bad = 0;
         Py_BEGIN_ALLOW_THREADS
-        uint64_t table[256];
+        uint64_t table[256] = {0};  /* ranks past the table read zeros there, then are refused */
         for (Py_ssize_t j = 0; j < entries; j++) table[j] = load_item(tb.buf, size, j);
 #define LOOKUP(T) { T *d = db.buf; for (Py_ssize_t i = 0; i < n; i++) { \
             uint8_t r = ranks[i]; bad |= r > top; escaped += r == top; d[i] = (T)table[r]; } }
-        if (entries < 256) {  /* ranks past the table read zeros there, then are refused */
-            for (Py_ssize_t j = entries; j < 256; j++) table[j] = 0;
-        }
         if (size == 1) LOOKUP(uint8_t) else if (size == 2) LOOKUP(uint16_t) else if (size == 4) LOOKUP(uint32_t) else LOOKUP(uint64_t)
 #undef LOOKUP
         Py_END_ALLOW_THREADS
@@ -510,12 +514,7 @@ static PyObject *layout_patch(PyObject *self, PyObject *args) {
     int escape;
     if (!PyArg_ParseTuple(args, "OiOO", &ro, &escape, &vo, &dobj)) return NULL;
     Py_buffer rb, vb, db;
-    if (PyObject_GetBuffer(ro, &rb, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-    if (PyObject_GetBuffer(vo, &vb, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) { PyBuffer_Release(&rb); return NULL; }
-    if (PyObject_GetBuffer(dobj, &db, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
-        PyBuffer_Release(&rb); PyBuffer_Release(&vb);
-        return NULL;
-    }
+    if (take_three(ro, vo, dobj, &rb, &vb, &db) < 0) return NULL;
     const int size = (int)db.itemsize;
     const Py_ssize_t n = rb.len;
     const char *error = NULL;
