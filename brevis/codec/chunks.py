@@ -239,6 +239,13 @@ def _threads_for(threads: int, index, processes: bool | None) -> int:
     return threads if total >= 2 * THREAD_JOB_BYTES else 1
 
 
+def on_threads(index, threads: int) -> Executing:
+    """How an archive's jobs run on threads of this process alone, as
+    executing chooses where no worker process may run (unpack: the buffers
+    are this process's): one thread for a single job's worth."""
+    return Executing(None, _threads_for(threads, index, None))
+
+
 @contextmanager
 def executing(index, threads: int, processes: bool | None = None,
               executor: Executor | None = None, base=None) -> Iterator[Executing]:

@@ -24,7 +24,7 @@ from ..errors import FormatError, InvalidArgument, IOFailure, OutputExists
 from ..fs.atomic import move_new
 from ..fs.staging import check_inside, finish_stage, make_dirs, move_into_place, remove_tree, stage_parent
 from ..workers.heap import keep_freed_memory
-from .chunks import ChunkDecoder, Executing, IntoMemory, Progress, WriteInPlace, executing, run_jobs
+from .chunks import ChunkDecoder, Executing, IntoMemory, Progress, WriteInPlace, executing, on_threads, run_jobs
 
 
 
@@ -91,8 +91,8 @@ def unpack(archive, *, threads: int = 1, base=None, progress: Progress = None) -
     An archive in memory coded against a base needs `base`."""
     keep_freed_memory()
     data = None if isinstance(archive, (str, os.PathLike)) else archive
-    with ArchiveReader(MEMORY if data is not None else Path(archive), data) as reader, \
-            executing(reader.index, threads, False, None, base) as how:
+    with ArchiveReader(MEMORY if data is not None else Path(archive), data) as reader:
+        how = on_threads(reader.index, threads)
         decoder = ChunkDecoder(reader, base)
         files = reader.index.files
         sinks = [IntoMemory(f.size) for f in files]
