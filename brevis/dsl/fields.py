@@ -101,9 +101,9 @@ def _split(x: np.ndarray, groups: list[list[list[int]]]) -> list[np.ndarray]:
 
 def _join(n: int, t: Field, groups, values, out: np.ndarray | None = None) -> np.ndarray:
     """The words of t rebuilt from one value per group (in `out`, where
-    given, by the C kernel). `values` may be an iterator that decodes each child when it is
-    reached: one child is held at a time, besides the output and one
-    temporary of the output's size."""
+    given, by the C kernel). `values` may be an iterator that decodes each
+    child when it is reached: one child is held at a time, besides the
+    output and one temporary of the output's size."""
     container = t.container
     if _layout is not None:  # one pass per range in C, no temporary
         x, first = (np.empty(n, container) if out is None else out), True

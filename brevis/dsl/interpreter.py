@@ -82,15 +82,14 @@ def decode(program: Program, t: Field, n: int, streams: Sequence[memoryview],
 
 def _decode(program: Program, t: Field, n: int, streams, cursor: list[int], reference=None,
             out: np.ndarray | None = None) -> np.ndarray:
+    """The value of `program`'s node; `out`: the chunk's place, given for
+    a root operator only (decode() puts a root leaf there itself)."""
     node = program.node
     if isinstance(node, Coder):
         if cursor[0] >= len(streams):
             raise FormatError("program needs more streams than stored")
         data = streams[cursor[0]]
         cursor[0] += 1
-        if out is not None:
-            node.decode_into(data, n, t, out)
-            return out
         return node.decode(data, n, t)
     assert isinstance(node, Operator)
     types = node.child_types(t)
