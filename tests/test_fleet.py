@@ -10,6 +10,7 @@ tests always run; the Dask tests need `pip install 'brevis[dask]'`.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -353,7 +354,11 @@ def test_dask_spreads_chunks_of_a_large_file(dask_engine, tmp_path):
     rng = np.random.default_rng(3)
     write_safetensors(src / "model.safetensors", {
         f"layers.{i}.weight": ("F16", (512, 1024), (rng.standard_normal(1 << 19) * 0.02).astype(np.float16).tobytes())
-        for i in range(8)})  # 8 MiB: 8 batches of 1 MiB
+        for i in range(16)})  # 16 MiB: 16 batches of 1 MiB
+    # Both workers ready and warm: a worker the previous test killed comes back
+    # cold, and the scheduler would rightly steal all its queued chunks while it imports.
+    dask_engine.client.wait_for_workers(2, timeout=60)
+    dask_engine.client.run(importlib.import_module, "brevis.codec.encoder")
     s = brevis.compress_many([src], tmp_path / "out", engine=dask_engine, effort=EFFORT,
                              split_bytes=1 << 20, batch_bytes=1 << 20)
     r = s["checkpoints"][0]
