@@ -163,7 +163,7 @@ static void put_rans(const enc_t *e, uint8_t *out) {
  * share 32 bits): a batch of BATCH values, first their bins, then their
  * offsets.
  * Bins: groups of four values, one per state. The four states step apart
- * (one table load each, `packed`: the slot's frequency and bias); which of
+ * (one table load each, `stab`, below); which of
  * them renormalize decides where each one's word lies among the next four
  * words, loaded before, so no state waits for another's renormalization
  * (the scalar loop's shared word pointer chained them).
@@ -173,8 +173,10 @@ static void put_rans(const enc_t *e, uint8_t *out) {
  * position stay in registers. Past the end of a stream both read zeros;
  * the caller then reports the stream damaged. */
 #define BATCH 256
-typedef struct { uint32_t lower, mask, width, pad; } offset_t;
-typedef struct { uint32_t *packed; const uint16_t *ranks; offset_t *otab; int P; uint32_t mask; } fast_t;
+/* stab[slot]: the slot's frequency | its bias << 16 in the low half (the
+ * state's step), its bin's first key | offset width << 16 in the high half
+ * (what the offsets pass needs: one load per value, no second table). */
+typedef struct { const uint64_t *stab; int P; uint32_t mask; int shift; } fast_t;
 
 /* The 8 bytes at p, little-endian, unchecked. */
 static inline uint64_t load8(const uint8_t *p) {
@@ -206,6 +208,13 @@ static inline uint64_t load_bits(const uint8_t *base, uint64_t limit, uint64_t a
  * offsets, independent of it, fill. Not inlined, so that the states and
  * the positions keep registers of their own; with BMI2 where the CPU has
  * it (shifts by any register, not only cl: fewer moves and spills). */
+/* GCC's straight-line vectorizer packs a group's four table entries into
+ * vector registers to store them, through the stack: scalar stores are cheaper. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define NO_SLP __attribute__((optimize("no-tree-slp-vectorize")))
+#else
+#define NO_SLP
+#endif
 #define FAST_WORD_READS (2 * BATCH + 8)
 #define FAST_OFFSET_READS (4 * BATCH + 8)
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
@@ -217,17 +226,17 @@ static int cpu_has_bmi2(void) {
     return bmi2_known;
 }
 #endif
-typedef uint64_t (*bins_fn)(const fast_t *, uint32_t *, const uint8_t *, uint64_t, uint64_t, uint16_t *);
-typedef uint64_t (*offsets_fn)(const fast_t *, const uint16_t *, const uint8_t *, uint64_t, uint64_t, void *, int);
-typedef void (*fused_fn)(const fast_t *, uint32_t *, const uint8_t *, uint64_t *, uint16_t *, const uint16_t *,
+typedef uint64_t (*bins_fn)(const fast_t *, uint32_t *, const uint8_t *, uint64_t, uint64_t, uint32_t *);
+typedef uint64_t (*offsets_fn)(const fast_t *, const uint32_t *, const uint8_t *, uint64_t, uint64_t, void *, int);
+typedef void (*fused_fn)(const fast_t *, uint32_t *, const uint8_t *, uint64_t *, uint32_t *, const uint32_t *,
                          const uint8_t *, uint64_t *, void *);
 
-#define LANE(X, K) uint32_t s##K = X & mask, e##K = packed[s##K]; \
-    X = (e##K & 0xffff) * (X >> P) + (e##K >> 16); \
+#define LANE(X, K) uint64_t e##K = stab[X & mask]; \
+    rb[j + K] = (uint32_t)(e##K >> 32); \
+    X = (uint32_t)(e##K & 0xffff) * (X >> P) + ((uint32_t)e##K >> 16); \
     uint32_t n##K = X < RANS_L;
 /* renormalization without a branch: it mispredicts on high-entropy bins */
-#define FEED(X, K, C) X = (X << (n##K << 4)) | ((uint32_t)(words >> (16 * (C))) & (0xffffu & (0u - n##K))); \
-    rb[j + K] = ranks[s##K];
+#define FEED(X, K, C) X = (X << (n##K << 4)) | ((uint32_t)(words >> (16 * (C))) & (0xffffu & (0u - n##K)));
 #define GROUP(LOAD) \
         uint64_t words = LOAD; \
         LANE(x0, 0) LANE(x1, 1) LANE(x2, 2) LANE(x3, 3) \
@@ -235,41 +244,41 @@ typedef void (*fused_fn)(const fast_t *, uint32_t *, const uint8_t *, uint64_t *
         FEED(x0, 0, 0) FEED(x1, 1, c1) FEED(x2, 2, c2) FEED(x3, 3, c3) \
         at += 2 * (c3 + n3);
 #define OFFSET(J, LOAD) { \
-        const offset_t *t = &otab[prev[J]]; \
-        out[J] = (__typeof__(*out))(t->lower + ((uint32_t)(LOAD >> (pos & 7)) & t->mask)); \
-        pos += t->width; }
+        uint32_t t = prev[J], w = t >> 16; \
+        out[J] = (__typeof__(*out))(((t & 0xffff) << shift) + (uint32_t)((LOAD >> (pos & 7)) & ((1ull << w) - 1))); \
+        pos += w; }
 
 #define FAST_BINS(NAME, LOAD, TARGET) \
-__attribute__((noinline)) TARGET \
-static uint64_t NAME(const fast_t *f, uint32_t *xs, const uint8_t *in, uint64_t limit, uint64_t at, uint16_t *rb) { \
+__attribute__((noinline)) NO_SLP TARGET \
+static uint64_t NAME(const fast_t *f, uint32_t *xs, const uint8_t *in, uint64_t limit, uint64_t at, uint32_t *rb) { \
     uint32_t x0 = xs[0], x1 = xs[1], x2 = xs[2], x3 = xs[3]; \
-    const uint32_t *packed = f->packed; const uint16_t *ranks = f->ranks; const uint32_t mask = f->mask; const int P = f->P; \
+    const uint64_t *stab = f->stab; const uint32_t mask = f->mask; const int P = f->P; \
     (void)limit; \
     for (int j = 0; j < BATCH; j += LANES) { GROUP(LOAD) } \
     xs[0] = x0; xs[1] = x1; xs[2] = x2; xs[3] = x3; \
     return at; \
 }
 #define FAST_OFFSETS(NAME, T, LOAD, TARGET) \
-__attribute__((noinline)) TARGET \
-static uint64_t NAME(const fast_t *f, const uint16_t *prev, const uint8_t *base, uint64_t limit, uint64_t pos, \
+__attribute__((noinline)) NO_SLP TARGET \
+static uint64_t NAME(const fast_t *f, const uint32_t *prev, const uint8_t *base, uint64_t limit, uint64_t pos, \
                      void *dst, int widths) { \
-    const offset_t *otab = f->otab; \
+    const int shift = sizeof(T) == 4 ? f->shift : 0; \
     T *out = dst; \
     (void)limit; \
     if (!widths) { /* no bin has offset bits: each value is its bin's lower */ \
-        for (int j = 0; j < BATCH; j++) out[j] = (T)otab[prev[j]].lower; \
+        for (int j = 0; j < BATCH; j++) out[j] = (T)((prev[j] & 0xffff) << shift); \
         return pos; \
     } \
     for (int j = 0; j < BATCH; j++) OFFSET(j, LOAD) \
     return pos; \
 }
 #define FAST_FUSED(NAME, T, TARGET) \
-__attribute__((noinline)) TARGET \
-static void NAME(const fast_t *f, uint32_t *xs, const uint8_t *in, uint64_t *wat, uint16_t *rb, \
-                 const uint16_t *prev, const uint8_t *base, uint64_t *opos, void *dst) { \
+__attribute__((noinline)) NO_SLP TARGET \
+static void NAME(const fast_t *f, uint32_t *xs, const uint8_t *in, uint64_t *wat, uint32_t *rb, \
+                 const uint32_t *prev, const uint8_t *base, uint64_t *opos, void *dst) { \
     uint32_t x0 = xs[0], x1 = xs[1], x2 = xs[2], x3 = xs[3]; \
-    const uint32_t *packed = f->packed; const uint16_t *ranks = f->ranks; const uint32_t mask = f->mask; const int P = f->P; \
-    const offset_t *otab = f->otab; \
+    const uint64_t *stab = f->stab; const uint32_t mask = f->mask; const int P = f->P; \
+    const int shift = sizeof(T) == 4 ? f->shift : 0; \
     T *out = dst; \
     uint64_t at = *wat, pos = *opos; \
     for (int j = 0; j < BATCH; j += LANES) { \
@@ -307,14 +316,15 @@ FAST_OFFSETS(fast_offsets32_checked, uint32_t, load_bits(base, limit, pos >> 3),
 
 /* Decode n values of `width` bytes into out from one block's rANS bytes
  * (in, inlen) and offset bits (offs, offslen), with the block's model:
- * `bins` bins in cumulative order, frequencies summing to 2^P. Scratch:
- * `slots` and `packed` (2^P entries; packed unused for P > 15), `table`
- * and `otab` (bins entries). NULL, or what is wrong. Needs no GIL.
+ * `bins` bins in cumulative order, frequencies summing to 2^P, a bin's
+ * lower value its first key << `shift`. Scratch: `slots` and `stab` (2^P
+ * entries; stab unused for P > 15), `table` (bins entries). NULL, or what
+ * is wrong. Needs no GIL.
  * `simd` 0: the batches without BMI2 (the tests hold both to the same values). */
 static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_t *offs, Py_ssize_t offslen,
                                Py_ssize_t n, int width, const uint32_t *freq, const uint32_t *cum,
                                const uint32_t *lower, const uint8_t *obits, Py_ssize_t bins, int P, void *out,
-                               uint16_t *slots, bin_t *table, uint32_t *packed, offset_t *otab, int simd) {
+                               uint16_t *slots, bin_t *table, uint64_t *stab, int shift, int simd) {
     uint32_t M = 1u << P;
     if (bins < 1 || bins > (Py_ssize_t)M || bins > 65536) return "bad model";
     if (inlen < 4 * LANES || (inlen - 4 * LANES) % 2) return "damaged stream (length)";
@@ -322,8 +332,10 @@ static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_
     for (Py_ssize_t r = 0; r < bins; r++) {
         if (freq[r] == 0 || cum[r] != total || freq[r] > M - total || obits[r] > 8 * width) return "bad model";
         for (uint32_t j = 0; j < freq[r]; j++) slots[total + j] = (uint16_t)r;
-        if (P <= 15 && n >= BATCH)  /* the fast path's slots: frequency and bias (the slot less the bin's cum) */
-            for (uint32_t j = 0; j < freq[r]; j++) packed[total + j] = freq[r] | j << 16;
+        if (P <= 15 && n >= BATCH) {  /* the fast path's slots: frequency, bias (the slot less the bin's cum), key, width */
+            uint64_t hi = (uint64_t)((lower[r] >> shift) | (uint32_t)obits[r] << 16) << 32;
+            for (uint32_t j = 0; j < freq[r]; j++) stab[total + j] = hi | freq[r] | j << 16;
+        }
         table[r].freq = freq[r]; table[r].cum = cum[r]; table[r].lower = lower[r]; table[r].obits = obits[r];
         total += freq[r];
     }
@@ -367,14 +379,9 @@ static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_
     Py_ssize_t i = 0;
     if (!bad && P <= 15 && n >= BATCH) {
         fast_t f;
-        f.packed = packed; f.ranks = slots; f.otab = otab; f.P = P; f.mask = mask;
+        f.stab = stab; f.P = P; f.mask = mask; f.shift = shift;
         int widths = 0;
-        for (Py_ssize_t r = 0; r < bins; r++) {
-            widths |= table[r].obits;
-            f.otab[r].lower = table[r].lower;
-            f.otab[r].mask = (uint32_t)(((uint64_t)1 << table[r].obits) - 1);
-            f.otab[r].width = table[r].obits;
-        }
+        for (Py_ssize_t r = 0; r < bins; r++) widths |= table[r].obits;
         uint64_t pos = (uint64_t)(op - ostart) * 8 - (uint64_t)fill, at = (uint64_t)(ptr - in);
         const uint64_t olimit = (uint64_t)(oend - ostart), limit = (uint64_t)(end - in);
         uint32_t xs[LANES] = {x0, x1, x2, x3};
@@ -391,7 +398,7 @@ static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_
         }
 #endif
         /* rb[cur]: the bins of the batch before i, whose offsets are still to read (where `pending`) */
-        uint16_t rb[2][BATCH];
+        uint32_t rb[2][BATCH];
         int cur = 0, pending = 0;
         uint8_t *ob = out;
         while (!bad && i + BATCH <= n) {
@@ -1155,13 +1162,12 @@ static const char *stream_decode(const uint8_t *data, Py_ssize_t len, Py_ssize_t
     /* scratch: the model of a block (at most 2^key_bits bins), its cumulative
      * and shifted forms, its bins; the slots, grown to the largest P met */
     size_t most = (size_t)1 << key_bits;
-    uint8_t *scratch = PyMem_RawMalloc(most * (4 * 4 + 2 + sizeof(bin_t) + sizeof(offset_t)));
+    uint8_t *scratch = PyMem_RawMalloc(most * (4 * 4 + 2 + sizeof(bin_t)));
     if (!scratch) return "out of memory";
     model_t m = {(uint32_t *)scratch, (uint32_t *)(scratch + 4 * most), scratch + 16 * most};
     uint32_t *cum = (uint32_t *)(scratch + 8 * most), *lower = (uint32_t *)(scratch + 12 * most);
     uint8_t *obits = scratch + 17 * most;
     bin_t *table = (bin_t *)(scratch + 18 * most);
-    offset_t *otab = (offset_t *)(scratch + (18 + sizeof(bin_t)) * most);
     uint16_t *slots = NULL;
     uint32_t *packed = NULL;
     int slots_log = -1;
@@ -1205,7 +1211,8 @@ static const char *stream_decode(const uint8_t *data, Py_ssize_t len, Py_ssize_t
                                     packed + ((size_t)1 << slots_log), packed + ((size_t)2 << slots_log), simd);
             else
                 error = decode_core(block + mpos, rlen, block + mpos + rlen, blen - mpos - rlen, count, width, m.freqs,
-                                    cum, lower, obits, nbins, P, out + start * width, slots, table, packed, otab, simd);
+                                    cum, lower, obits, nbins, P, out + start * width, slots, table, (uint64_t *)packed,
+                                    shift, simd);
             pos += blen;
         }
         if (!error && pos != len) error = block_log ? "bytes after the last block" : "damaged stream";
