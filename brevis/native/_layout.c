@@ -109,6 +109,44 @@ static PyObject *layout_place(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* A field's (low, width) ranges, high bits first, as the shifts that put
+ * its value back into a word: range r takes the value's bits from pos[r]
+ * (the last range the lowest), masks them and moves them to low[r]. */
+typedef struct { int count; int pos[64], low[64]; uint64_t mask[64]; int deposit; uint64_t bits; } spread_t;
+
+static int parse_ranges(PyObject *ro, int word_bits, int value_bits, spread_t *s) {
+    PyObject *seq = PySequence_Fast(ro, "ranges must be a sequence of (low, width)");
+    if (!seq) return -1;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    if (count > 64) { Py_DECREF(seq); PyErr_SetString(PyExc_ValueError, "at most 64 ranges"); return -1; }
+    long lows[64], widths[64], total = 0;
+    for (Py_ssize_t r = 0; r < count; r++) {
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, r), "ll", &lows[r], &widths[r])) { Py_DECREF(seq); return -1; }
+        if (lows[r] < 0 || widths[r] < 1 || lows[r] + widths[r] > word_bits) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "a range must lie inside dst's words");
+            return -1;
+        }
+        total += widths[r];
+    }
+    Py_DECREF(seq);
+    if (total > value_bits) { PyErr_SetString(PyExc_ValueError, "the ranges are wider than their field's items"); return -1; }
+    s->count = (int)count;
+    s->bits = 0;
+    s->deposit = 1;
+    long pos = 0;
+    for (Py_ssize_t r = count - 1; r >= 0; r--) {
+        s->pos[r] = (int)pos;
+        s->low[r] = (int)lows[r];
+        s->mask[r] = widths[r] >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << widths[r]) - 1);
+        if (s->bits & (s->mask[r] << lows[r])) s->deposit = 0;  /* overlapping ranges: not one mask */
+        s->bits |= s->mask[r] << lows[r];
+        if (r < count - 1 && lows[r] <= lows[r + 1]) s->deposit = 0;
+        pos += widths[r];
+    }
+    return 0;
+}
+
 /* One range over all elements: dst (|)= ((src >> pos) & mask) << low, in
  * the destination's width; one loop per pair of widths so that each
  * compiles to straight shifts (the compiler vectorizes them). */
@@ -140,47 +178,31 @@ static PyObject *layout_join(PyObject *self, PyObject *args) {
         PyBuffer_Release(&sb);
         return NULL;
     }
-    PyObject *seq = PySequence_Fast(ro, "ranges must be a sequence of (low, width)");
     int ok = 0;
     Py_ssize_t ssize = sb.itemsize, dsize = db.itemsize;
-    if (!seq) goto done;
+    spread_t s;
     if ((ssize != 1 && ssize != 2 && ssize != 4 && ssize != 8) || (dsize != 1 && dsize != 2 && dsize != 4 && dsize != 8)
         || sb.len / ssize != db.len / dsize) {
         PyErr_SetString(PyExc_ValueError, "src and dst must hold as many items of 1, 2, 4 or 8 bytes");
         goto done;
     }
-    Py_ssize_t n = db.len / dsize, count = PySequence_Fast_GET_SIZE(seq);
-    long lows[64], widths[64];
-    if (count > 64) { PyErr_SetString(PyExc_ValueError, "at most 64 ranges"); goto done; }
-    long total = 0;
-    for (Py_ssize_t r = 0; r < count; r++) {
-        PyObject *pair = PySequence_Fast_GET_ITEM(seq, r);
-        if (!PyArg_ParseTuple(pair, "ll", &lows[r], &widths[r])) goto done;
-        if (lows[r] < 0 || widths[r] < 1 || lows[r] + widths[r] > 8 * dsize) {
-            PyErr_SetString(PyExc_ValueError, "a range must lie inside dst's words");
-            goto done;
-        }
-        total += widths[r];
-    }
-    if (total > 8 * ssize) { PyErr_SetString(PyExc_ValueError, "the ranges are wider than src's items"); goto done; }
+    if (parse_ranges(ro, 8 * (int)dsize, 8 * (int)ssize, &s) < 0) goto done;
+    const Py_ssize_t n = db.len / dsize;
     const void *src = sb.buf;
     void *dst = db.buf;
     Py_BEGIN_ALLOW_THREADS
-    long pos = 0;
-    for (Py_ssize_t r = count - 1; r >= 0; r--) {  /* the last range holds the field's lowest bits */
-        const long low = lows[r];
-        const uint64_t mask = widths[r] >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << widths[r]) - 1);
+    for (int r = s.count - 1; r >= 0; r--) {  /* the last range holds the field's lowest bits */
+        const int pos = s.pos[r], low = s.low[r];
+        const uint64_t mask = s.mask[r];
         if (ssize == 1) PUT_RANGE_TO(uint8_t)
         else if (ssize == 2) PUT_RANGE_TO(uint16_t)
         else if (ssize == 4) PUT_RANGE_TO(uint32_t)
         else PUT_RANGE_TO(uint64_t)
         first = 0;
-        pos += widths[r];
     }
     Py_END_ALLOW_THREADS
     ok = 1;
 done:
-    Py_XDECREF(seq);
     PyBuffer_Release(&sb);
     PyBuffer_Release(&db);
     if (!ok) return NULL;
@@ -271,44 +293,6 @@ static inline void store_item(void *p, int size, Py_ssize_t i, uint64_t v) {
     case 4: ((uint32_t *)p)[i] = (uint32_t)v; break;
     default: ((uint64_t *)p)[i] = v; break;
     }
-}
-
-/* A field's (low, width) ranges, high bits first, as the shifts that put
- * its value back into a word: range r takes the value's bits from pos[r]
- * (the last range the lowest), masks them and moves them to low[r]. */
-typedef struct { int count; int pos[64], low[64]; uint64_t mask[64]; int deposit; uint64_t bits; } spread_t;
-
-static int parse_ranges(PyObject *ro, int word_bits, int value_bits, spread_t *s) {
-    PyObject *seq = PySequence_Fast(ro, "ranges must be a sequence of (low, width)");
-    if (!seq) return -1;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
-    if (count > 64) { Py_DECREF(seq); PyErr_SetString(PyExc_ValueError, "at most 64 ranges"); return -1; }
-    long lows[64], widths[64], total = 0;
-    for (Py_ssize_t r = 0; r < count; r++) {
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, r), "ll", &lows[r], &widths[r])) { Py_DECREF(seq); return -1; }
-        if (lows[r] < 0 || widths[r] < 1 || lows[r] + widths[r] > word_bits) {
-            Py_DECREF(seq);
-            PyErr_SetString(PyExc_ValueError, "a range must lie inside dst's words");
-            return -1;
-        }
-        total += widths[r];
-    }
-    Py_DECREF(seq);
-    if (total > value_bits) { PyErr_SetString(PyExc_ValueError, "the ranges are wider than their field's items"); return -1; }
-    s->count = (int)count;
-    s->bits = 0;
-    s->deposit = 1;
-    long pos = 0;
-    for (Py_ssize_t r = count - 1; r >= 0; r--) {
-        s->pos[r] = (int)pos;
-        s->low[r] = (int)lows[r];
-        s->mask[r] = widths[r] >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << widths[r]) - 1);
-        if (s->bits & (s->mask[r] << lows[r])) s->deposit = 0;  /* overlapping ranges: not one mask */
-        s->bits |= s->mask[r] << lows[r];
-        if (r < count - 1 && lows[r] <= lows[r + 1]) s->deposit = 0;
-        pos += widths[r];
-    }
-    return 0;
 }
 
 static inline uint64_t spread(const spread_t *s, uint64_t v) {
