@@ -58,3 +58,48 @@ def test_an_archive_in_memory_reads_as_its_file(archive):
         assert in_memory.index.original_bytes == on_disk.index.original_bytes
         assert [bytes(in_memory.decode_chunk(s, c)) for s, c in chunks(in_memory)] == \
                [bytes(on_disk.decode_chunk(s, c)) for s, c in chunks(on_disk)]
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """Two tensors coded by one `ans` leaf (batched) around a bias stored raw (decoded alone)."""
+    root = tmp_path_factory.mktemp("mixed")
+    rng = np.random.default_rng(3)
+    write_safetensors(root / "m.safetensors", {
+        "w1": ("F16", (65536,), (rng.standard_normal(65536) * 0.02).astype(np.float16).tobytes()),
+        "bias": ("F32", (8,), rng.standard_normal(8).astype(np.float32).tobytes()),
+        "w2": ("F16", (65536,), (rng.standard_normal(65536) * 0.03).astype(np.float16).tobytes()),
+    })
+    out = root / "m.brv"
+    brevis.compress([root / "m.safetensors"], out)
+    return out
+
+
+def _mixed_work(reader):
+    work = [(seg, chunk) for seg, chunk in chunks(reader) if seg.name in ("w1", "bias", "w2")]
+    assert [str(seg.programs[c.program].node) for seg, c in work] == ["ans", "raw", "ans"]
+    return work
+
+
+def test_chunks_decoded_alone_leave_the_batch_open(mixed):
+    """A chunk decoded on its own between batched ones: every chunk's bytes as decode_chunk gives them."""
+    with ArchiveReader(mixed) as reader:
+        work = _mixed_work(reader)
+        want = [bytes(reader.decode_chunk(seg, chunk)) for seg, chunk in work]
+        got = reader.decode_chunks([(seg, chunk, None, None, None) for seg, chunk in work])
+        assert [bytes(g) for g in got] == want
+
+
+def test_the_first_damaged_chunk_is_told_before_a_later_one_decoded_alone(mixed):
+    """w1 (batched, still pending) and the bias after it (decoded at once) both
+    fail their digests: the error names w1, the first."""
+    import dataclasses
+
+    from brevis.errors import ChecksumError
+
+    with ArchiveReader(mixed) as reader:
+        work = [(seg, dataclasses.replace(chunk, digest=bytes(16))) for seg, chunk in _mixed_work(reader)]
+        with pytest.raises(ChecksumError, match="'w1'"):
+            reader.decode_chunks([(seg, chunk, None, None, None) for seg, chunk in work])
+        with pytest.raises(ChecksumError, match="'bias'"):
+            reader.decode_chunks([(seg, chunk, None, None, None) for seg, chunk in work[1:]])
