@@ -492,7 +492,8 @@ static PyObject *layout_lookup(PyObject *self, PyObject *args) {
 
 /* patch(ranks, escape, values, dst) -> None
  * dst[i] = the next of values wherever ranks[i] == escape (values and dst:
- * items of one size), values holding exactly one per such rank. */
+ * items of one size), values holding exactly one per such rank; without
+ * the GIL (it held it for a pass over every rank: 2.8 ms of piper's). */
 static PyObject *layout_patch(PyObject *self, PyObject *args) {
     PyObject *ro, *vo, *dobj;
     int escape;
@@ -504,14 +505,16 @@ static PyObject *layout_patch(PyObject *self, PyObject *args) {
     const char *error = NULL;
     if ((size != 1 && size != 2 && size != 4 && size != 8) || vb.itemsize != size || db.len != n * size)
         error = "values and dst must hold items of one size (1, 2, 4 or 8 bytes), dst one per rank";
-    else {
-        const uint8_t *ranks = rb.buf;
+    else if (escape < 0 || escape > 255) {  /* no byte equals it: no rank escapes */
+        if (vb.len) error = "values must hold one item per escaped rank";
+    } else {
+        const uint8_t *ranks = rb.buf, *end = ranks + n;
         Py_ssize_t have = vb.len / size, j = 0;
-        for (Py_ssize_t i = 0; i < n && j <= have; i++)
-            if (ranks[i] == escape) {
-                if (j < have) store_item(db.buf, size, i, load_item(vb.buf, size, j));
-                j++;
-            }
+        Py_BEGIN_ALLOW_THREADS
+        /* Escapes are rare: memchr skips the runs between them a vector at a time. */
+        for (const uint8_t *at = ranks; j <= have && (at = memchr(at, escape, (size_t)(end - at))) != NULL; at++, j++)
+            if (j < have) store_item(db.buf, size, at - ranks, load_item(vb.buf, size, j));
+        Py_END_ALLOW_THREADS
         if (j != have) error = "values must hold one item per escaped rank";
     }
     PyBuffer_Release(&rb); PyBuffer_Release(&vb); PyBuffer_Release(&db);

@@ -186,6 +186,16 @@ def test_lookup_and_patch_undo_ranks(dtype):
             delta._layout.patch(ranks, 15, wrong, out)
 
 
+def test_patch_finds_escapes_at_the_ends_and_none_past_a_byte():
+    ranks = np.array([3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3], np.uint8)
+    out = np.zeros(len(ranks), np.uint32)
+    delta._layout.patch(ranks, 3, np.array([7, 9], np.uint32), out)
+    assert out[0] == 7 and out[-1] == 9 and not out[1:-1].any()
+    delta._layout.patch(ranks, 256, np.zeros(0, np.uint32), out)  # a rank of 256: no byte escapes
+    with pytest.raises(ValueError):
+        delta._layout.patch(ranks, 256, np.zeros(1, np.uint32), out)
+
+
 @pytest.mark.parametrize("bits", [1, 2, 4])
 @pytest.mark.parametrize("n", [0, 1, 7, 4001])
 def test_unpack_undoes_pack_bits(bits, n, monkeypatch):
