@@ -314,6 +314,146 @@ FAST_OFFSETS(fast_offsets32_checked, uint32_t, load_bits(base, limit, pos >> 3),
 #undef FEED
 #undef LANE
 
+/* Whether a block's model is sound: `bins` bins (1 to 2^P and 65,536) in
+ * cumulative order, none empty, frequencies summing to 2^P, offsets no
+ * wider than the values. NULL, or what is wrong. */
+static const char *check_model(const uint32_t *freq, const uint32_t *cum, const uint8_t *obits, Py_ssize_t bins,
+                               int P, int width) {
+    uint32_t M = 1u << P, total = 0;
+    if (bins < 1 || bins > (Py_ssize_t)M || bins > 65536) return "bad model";
+    for (Py_ssize_t r = 0; r < bins; r++) {
+        if (freq[r] == 0 || cum[r] != total || freq[r] > M - total || obits[r] > 8 * width) return "bad model";
+        total += freq[r];
+    }
+    return total == M ? NULL : "bad model";
+}
+
+/* The fast path's slot table of a checked model (P <= 15): see fast_t.
+ * Returns whether any bin has offset bits. */
+static int build_stab(const uint32_t *freq, const uint32_t *lower, const uint8_t *obits, Py_ssize_t bins, int shift,
+                      uint64_t *stab) {
+    int widths = 0;
+    for (Py_ssize_t r = 0, t = 0; r < bins; r++) {
+        uint64_t hi = (uint64_t)((lower[r] >> shift) | (uint32_t)obits[r] << 16) << 32;
+        for (uint32_t j = 0; j < freq[r]; j++, t++) stab[t] = hi | freq[r] | j << 16;
+        widths |= obits[r];
+    }
+    return widths;
+}
+
+/* A narrow block on the fast path, where it has got to: its rANS bytes
+ * (in, limit: the four states, then the words; at: the next word), its
+ * offset bits (offs, olimit bytes; pos: the next bit), the n values of
+ * `width` bytes it decodes into out (i done), the four states, its slot
+ * table. `stream`: its stream's position in a decode_streams call. */
+typedef struct {
+    const uint8_t *in, *offs;
+    uint64_t limit, at, olimit, pos;
+    uint8_t *out;
+    Py_ssize_t n, i, stream;
+    uint32_t x[LANES];
+    fast_t f;
+    int widths;
+} narrow_t;
+
+/* The first four bytes of p, little-endian. */
+static inline uint32_t load4(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Start a narrow block (its model checked, its slot table built in stab):
+ * NULL, or what is wrong. */
+static const char *narrow_start(narrow_t *b, const uint8_t *in, Py_ssize_t inlen, const uint8_t *offs,
+                                Py_ssize_t offslen, Py_ssize_t n, void *out, uint64_t *stab, int P, int shift,
+                                int widths) {
+    if (inlen < 4 * LANES || (inlen - 4 * LANES) % 2) return "damaged stream (length)";
+    b->in = in; b->limit = (uint64_t)inlen; b->at = 4 * LANES;
+    b->offs = offs; b->olimit = (uint64_t)offslen; b->pos = 0;
+    b->out = out; b->n = n; b->i = 0;
+    b->f.stab = stab; b->f.P = P; b->f.mask = (1u << P) - 1; b->f.shift = shift;
+    b->widths = widths;
+    for (int k = 0; k < LANES; k++) {
+        b->x[k] = load4(in + 4 * k);
+        if (b->x[k] < RANS_L) return "damaged stream";
+    }
+    return NULL;
+}
+
+/* The rest of a started narrow block: whole batches (bins, then the
+ * offsets of the batch before them, fused where both streams have room),
+ * then one value at a time, then the checks that it ended where its
+ * encoder began: every state back at 2^16, every word read, every offset
+ * byte read and its padding bits zero. NULL, or what is wrong.
+ * `simd` 0: the batches without BMI2. */
+static const char *narrow_finish(narrow_t *b, int width, int simd) {
+    const fast_t *f = &b->f;
+    const uint8_t *in = b->in, *ostart = b->offs;
+    const uint64_t limit = b->limit, olimit = b->olimit;
+    uint64_t at = b->at, pos = b->pos;
+    Py_ssize_t i = b->i, n = b->n;
+    const int widths = b->widths, k = width == 1 ? 0 : width == 2 ? 1 : 2;
+    int bad = 0;
+    static const offsets_fn checked[3] = {fast_offsets8_checked, fast_offsets16_checked, fast_offsets32_checked};
+    bins_fn bins = fast_bins_unchecked;
+    offsets_fn offsets = (offsets_fn[3]){fast_offsets8_unchecked, fast_offsets16_unchecked, fast_offsets32_unchecked}[k];
+    fused_fn fused = (fused_fn[3]){fast_fused8_unchecked, fast_fused16_unchecked, fast_fused32_unchecked}[k];
+#ifdef HAVE_BMI2
+    if (simd && cpu_has_bmi2()) {
+        bins = fast_bins_bmi2;
+        offsets = (offsets_fn[3]){fast_offsets8_bmi2, fast_offsets16_bmi2, fast_offsets32_bmi2}[k];
+        fused = (fused_fn[3]){fast_fused8_bmi2, fast_fused16_bmi2, fast_fused32_bmi2}[k];
+    }
+#endif
+    /* rb[cur]: the bins of the batch before i, whose offsets are still to read (where `pending`) */
+    uint32_t rb[2][BATCH];
+    int cur = 0, pending = 0;
+    uint8_t *ob = b->out;
+    while (!bad && i + BATCH <= n) {
+        int words_safe = at + FAST_WORD_READS <= limit, offsets_safe = (pos >> 3) + FAST_OFFSET_READS <= olimit;
+        if (pending && widths && words_safe && offsets_safe) {
+            fused(f, b->x, in, &at, rb[cur ^ 1], rb[cur], ostart, &pos, ob + (i - BATCH) * width);
+            cur ^= 1;
+        } else {
+            if (pending)
+                pos = (offsets_safe ? offsets : checked[k])(f, rb[cur], ostart, olimit, pos, ob + (i - BATCH) * width, widths);
+            at = (words_safe ? bins : fast_bins_checked)(f, b->x, in, limit, at, rb[cur]);
+        }
+        pending = 1;
+        i += BATCH;
+        if (pos > 8 * olimit || at > limit) bad = 1;
+    }
+    if (pending && !bad) {
+        int offsets_safe = (pos >> 3) + FAST_OFFSET_READS <= olimit;
+        pos = (offsets_safe ? offsets : checked[k])(f, rb[cur], ostart, olimit, pos, ob + (i - BATCH) * width, widths);
+        if (pos > 8 * olimit) bad = 1;
+    }
+    /* the last values, each with its checks */
+    for (; i < n && !bad; i++) {
+        uint32_t X = b->x[i & 3];
+        uint64_t e = f->stab[X & f->mask];
+        X = (uint32_t)(e & 0xffff) * (X >> f->P) + ((uint32_t)e >> 16);
+        if (X < RANS_L) {
+            if (at + 2 > limit) { bad = 1; break; }
+            X = (X << 16) | (uint32_t)in[at] | (uint32_t)in[at + 1] << 8;
+            at += 2;
+        }
+        b->x[i & 3] = X;
+        uint32_t t = (uint32_t)(e >> 32), w = t >> 16, v = (t & 0xffff) << (width == 4 ? f->shift : 0);
+        if (w) {
+            if (pos + w > 8 * olimit) { bad = 1; break; }
+            v += (uint32_t)((load_bits(ostart, olimit, pos >> 3) >> (pos & 7)) & (((uint64_t)1 << w) - 1));
+            pos += w;
+        }
+        if (width == 1) ob[i] = (uint8_t)v; else if (width == 2) ((uint16_t *)ob)[i] = (uint16_t)v; else ((uint32_t *)ob)[i] = v;
+    }
+    if (!bad) {
+        for (int j = 0; j < LANES; j++) if (b->x[j] != RANS_L) bad = 1;
+        if (at != limit || (pos + 7) / 8 != olimit || ((pos & 7) && (ostart[pos >> 3] >> (pos & 7)))) bad = 1;
+    }
+    b->at = at; b->pos = pos; b->i = i;
+    return bad ? "damaged stream" : NULL;
+}
+
 /* Decode n values of `width` bytes into out from one block's rANS bytes
  * (in, inlen) and offset bits (offs, offslen), with the block's model:
  * `bins` bins in cumulative order, frequencies summing to 2^P, a bin's
@@ -325,24 +465,22 @@ static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_
                                Py_ssize_t n, int width, const uint32_t *freq, const uint32_t *cum,
                                const uint32_t *lower, const uint8_t *obits, Py_ssize_t bins, int P, void *out,
                                uint16_t *slots, bin_t *table, uint64_t *stab, int shift, int simd) {
-    uint32_t M = 1u << P;
-    if (bins < 1 || bins > (Py_ssize_t)M || bins > 65536) return "bad model";
-    if (inlen < 4 * LANES || (inlen - 4 * LANES) % 2) return "damaged stream (length)";
-    uint32_t total = 0;
-    for (Py_ssize_t r = 0; r < bins; r++) {
-        if (freq[r] == 0 || cum[r] != total || freq[r] > M - total || obits[r] > 8 * width) return "bad model";
-        for (uint32_t j = 0; j < freq[r]; j++) slots[total + j] = (uint16_t)r;
-        if (P <= 15 && n >= BATCH) {  /* the fast path's slots: frequency, bias (the slot less the bin's cum), key, width */
-            uint64_t hi = (uint64_t)((lower[r] >> shift) | (uint32_t)obits[r] << 16) << 32;
-            for (uint32_t j = 0; j < freq[r]; j++) stab[total + j] = hi | freq[r] | j << 16;
-        }
-        table[r].freq = freq[r]; table[r].cum = cum[r]; table[r].lower = lower[r]; table[r].obits = obits[r];
-        total += freq[r];
+    const char *error = check_model(freq, cum, obits, bins, P, width);
+    if (error) return error;
+    if (P <= 15 && n >= BATCH) {  /* the fast path, on the slot table */
+        narrow_t b;
+        int widths = build_stab(freq, lower, obits, bins, shift, stab);
+        error = narrow_start(&b, in, inlen, offs, offslen, n, out, stab, P, shift, widths);
+        return error ? error : narrow_finish(&b, width, simd);
     }
-    if (total != M) return "bad model";
+    if (inlen < 4 * LANES || (inlen - 4 * LANES) % 2) return "damaged stream (length)";
+    uint32_t M = 1u << P;
+    for (Py_ssize_t r = 0, total = 0; r < bins; total += freq[r], r++) {
+        for (uint32_t j = 0; j < freq[r]; j++) slots[total + j] = (uint16_t)r;
+        table[r].freq = freq[r]; table[r].cum = cum[r]; table[r].lower = lower[r]; table[r].obits = obits[r];
+    }
     uint32_t x[LANES];
-    for (int k = 0; k < LANES; k++)
-        x[k] = (uint32_t)in[4 * k] | (uint32_t)in[4 * k + 1] << 8 | (uint32_t)in[4 * k + 2] << 16 | (uint32_t)in[4 * k + 3] << 24;
+    for (int k = 0; k < LANES; k++) x[k] = load4(in + 4 * k);
     const uint8_t *ptr = in + 4 * LANES, *end = in + inlen;
     const uint8_t *op = offs, *oend = op + offslen;
     uint8_t *o8 = out;
@@ -351,7 +489,6 @@ static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_
     uint32_t mask = M - 1;
     uint64_t acc = 0;
     int fill = 0, bad = 0;
-    const uint8_t *ostart = op;
     for (int k = 0; k < LANES; k++) if (x[k] < RANS_L) bad = 1;
     uint32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3];
     /* One value from state X into out[I]: its bin, renormalization, offset bits. */
@@ -366,7 +503,7 @@ static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_
         if (w) { \
             if (fill < (int)w) { \
                 if (oend - op >= 4) { \
-                    acc |= (uint64_t)((uint32_t)op[0] | (uint32_t)op[1] << 8 | (uint32_t)op[2] << 16 | (uint32_t)op[3] << 24) << fill; \
+                    acc |= (uint64_t)load4(op) << fill; \
                     op += 4; fill += 32; \
                 } \
                 while (fill < (int)w && op < oend) { acc |= (uint64_t)*op++ << fill; fill += 8; } \
@@ -377,59 +514,6 @@ static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_
         if (width == 1) o8[I] = (uint8_t)v; else if (width == 2) o16[I] = (uint16_t)v; else o32[I] = v; \
     }
     Py_ssize_t i = 0;
-    if (!bad && P <= 15 && n >= BATCH) {
-        fast_t f;
-        f.stab = stab; f.P = P; f.mask = mask; f.shift = shift;
-        int widths = 0;
-        for (Py_ssize_t r = 0; r < bins; r++) widths |= table[r].obits;
-        uint64_t pos = (uint64_t)(op - ostart) * 8 - (uint64_t)fill, at = (uint64_t)(ptr - in);
-        const uint64_t olimit = (uint64_t)(oend - ostart), limit = (uint64_t)(end - in);
-        uint32_t xs[LANES] = {x0, x1, x2, x3};
-        const int k = width == 1 ? 0 : width == 2 ? 1 : 2;
-        static const offsets_fn checked[3] = {fast_offsets8_checked, fast_offsets16_checked, fast_offsets32_checked};
-        bins_fn bins = fast_bins_unchecked;
-        offsets_fn offsets = (offsets_fn[3]){fast_offsets8_unchecked, fast_offsets16_unchecked, fast_offsets32_unchecked}[k];
-        fused_fn fused = (fused_fn[3]){fast_fused8_unchecked, fast_fused16_unchecked, fast_fused32_unchecked}[k];
-#ifdef HAVE_BMI2
-        if (simd && cpu_has_bmi2()) {
-            bins = fast_bins_bmi2;
-            offsets = (offsets_fn[3]){fast_offsets8_bmi2, fast_offsets16_bmi2, fast_offsets32_bmi2}[k];
-            fused = (fused_fn[3]){fast_fused8_bmi2, fast_fused16_bmi2, fast_fused32_bmi2}[k];
-        }
-#endif
-        /* rb[cur]: the bins of the batch before i, whose offsets are still to read (where `pending`) */
-        uint32_t rb[2][BATCH];
-        int cur = 0, pending = 0;
-        uint8_t *ob = out;
-        while (!bad && i + BATCH <= n) {
-            int words_safe = at + FAST_WORD_READS <= limit, offsets_safe = (pos >> 3) + FAST_OFFSET_READS <= olimit;
-            if (pending && widths && words_safe && offsets_safe) {
-                fused(&f, xs, in, &at, rb[cur ^ 1], rb[cur], ostart, &pos, ob + (i - BATCH) * width);
-                cur ^= 1;
-            } else {
-                if (pending)
-                    pos = (offsets_safe ? offsets : checked[k])(&f, rb[cur], ostart, olimit, pos, ob + (i - BATCH) * width, widths);
-                at = (words_safe ? bins : fast_bins_checked)(&f, xs, in, limit, at, rb[cur]);
-            }
-            pending = 1;
-            i += BATCH;
-            if (pos > 8 * olimit || at > limit) bad = 1;
-        }
-        if (pending && !bad) {
-            int offsets_safe = (pos >> 3) + FAST_OFFSET_READS <= olimit;
-            pos = (offsets_safe ? offsets : checked[k])(&f, rb[cur], ostart, olimit, pos, ob + (i - BATCH) * width, widths);
-            if (pos > 8 * olimit) bad = 1;
-        }
-        x0 = xs[0]; x1 = xs[1]; x2 = xs[2]; x3 = xs[3];
-        ptr = in + (bad ? limit : at);
-        op = ostart + (bad ? olimit : pos >> 3);
-        acc = 0;
-        fill = 0;
-        if (!bad && (pos & 7)) {
-            acc = (uint64_t)(*op++) >> (pos & 7);
-            fill = 8 - (int)(pos & 7);
-        }
-    }
     for (; i + LANES <= n && !bad; i += LANES) {
         do { STEP(x0, i); STEP(x1, i + 1); STEP(x2, i + 2); STEP(x3, i + 3); } while (0);
     }
@@ -612,16 +696,14 @@ static const char *decode_wide(const uint8_t *in, Py_ssize_t inlen, const uint8_
                                uint16_t *slots, uint32_t *packed, uint32_t *vtab, uint32_t *wtab, int simd) {
     const int lanes = WIDE_LANES;
     uint32_t M = 1u << P;
-    if (bins < 1 || bins > (Py_ssize_t)M || bins > 65536) return "bad model";
+    const char *error = check_model(freq, cum, obits, bins, P, width);
+    if (error) return error;
     if (inlen < 4 * lanes || (inlen - 4 * lanes) % 2) return "damaged stream (length)";
-    uint32_t total = 0, most = 0;
+    uint32_t most = 0;
     for (Py_ssize_t r = 0; r < bins; r++) {
-        if (freq[r] == 0 || cum[r] != total || freq[r] > M - total || obits[r] > 8 * width) return "bad model";
-        for (uint32_t j = 0; j < freq[r]; j++) slots[total + j] = (uint16_t)r;
+        for (uint32_t j = 0; j < freq[r]; j++) slots[cum[r] + j] = (uint16_t)r;
         if (freq[r] > most) most = freq[r];
-        total += freq[r];
     }
-    if (total != M) return "bad model";
     uint32_t x[WIDE_LANES];
     int bad = 0;
     for (int k = 0; k < lanes; k++) {
