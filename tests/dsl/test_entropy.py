@@ -332,3 +332,107 @@ def test_a_batch_decodes_as_each_stream_alone_and_names_a_damaged_one(bits):
             Ans().decode(memoryview(damaged[bad]), len(xs[bad]), t)
     with pytest.raises(ValueError):
         entropy._rans.decode_streams([(streams[0], len(xs[0]) + 1, entropy._width(t), bits, outs[0])])
+
+
+def narrow_streams(bits_list, sizes, monkeypatch):
+    """(stream, n, width, bits, values) of narrow `ans` streams of these
+    sizes, fields cycling through bits_list; the longest in blocks of 2**12."""
+    monkeypatch.setattr(entropy, "WIDE_MIN", 1 << 30)
+    blocked = entropy.choose_block
+    monkeypatch.setattr(entropy, "choose_block", lambda v, t: 12 if len(v) >= 30000 else blocked(v, t))
+    out = []
+    for j, n in enumerate(sizes):
+        bits = bits_list[j % len(bits_list)]
+        t = Field(bits)
+        x = values(("bell", "skewed", "uniform", "constant", "bell")[j % 5], n, bits, seed=j)
+        stream = Ans().encode(x, t)
+        assert not stream[0] & entropy.WIDE
+        out.append((stream, n, entropy._width(t), bits, x))
+    return out
+
+
+SIZES = [600, 5000, 513, 20000, 9000, 700, 3000, 40000, 1200, 64, 2048, 7777, 100000, 511, 4096, 33000]
+
+
+@pytest.mark.parametrize("bits_list", [[3], [8], [12], [16], [17], [24], [32], [8, 16, 24, 32, 5]])
+def test_narrow_blocks_decoded_together_agree_with_each_alone(bits_list, monkeypatch):
+    """A call's narrow blocks go eight at a time through the AVX2 engine
+    (where the CPU has it), whatever their lengths, widths and streams:
+    every value as the scalar loop gives it, one stream at a time."""
+    items = narrow_streams(bits_list, SIZES, monkeypatch)
+    outs = [np.empty(n * w, np.uint8) for _, n, w, _, _ in items]
+    assert entropy._rans.decode_streams([(s, n, w, b, o) for (s, n, w, b, _), o in zip(items, outs)]) is None
+    for (s, n, w, b, x), o in zip(items, outs):
+        alone = np.empty(n * w, np.uint8)
+        entropy._rans.decode_stream(s, n, w, b, alone, False)
+        assert np.array_equal(alone.view(x.dtype), x)
+        assert np.array_equal(o.view(x.dtype), x)
+        entropy._rans.decode_stream(s, n, w, b, alone)  # a blocked stream alone: its own blocks share the engine
+        assert np.array_equal(alone.view(x.dtype), x)
+
+
+@pytest.mark.parametrize("bits_list", [[8], [16], [32], [12, 24]])
+def test_damaged_blocks_decoded_together_name_the_first_damaged_stream(bits_list, monkeypatch):
+    """Flipped and cut streams among good ones: decode_streams names the
+    first stream that the scalar loop refuses, and where none is refused
+    gives the scalar loop's values."""
+    items = narrow_streams(bits_list, SIZES, monkeypatch)
+    rng = np.random.default_rng(sum(bits_list))
+    for trial in range(30):
+        damaged = [bytearray(s) for s, *_ in items]
+        for _ in range(1 + trial % 3):
+            j = rng.integers(len(damaged))
+            if trial % 4 == 3:
+                damaged[j] = damaged[j][: rng.integers(1, len(damaged[j]))]
+            else:
+                damaged[j][rng.integers(len(damaged[j]))] ^= 1 << rng.integers(8)
+        first, want = None, []
+        for (_, n, w, b, _), s in zip(items, damaged):
+            alone = np.empty(n * w, np.uint8)
+            try:
+                entropy._rans.decode_stream(bytes(s), n, w, b, alone, False)
+            except ValueError:
+                first = len(want) if first is None else first
+            want.append(alone)
+        outs = [np.empty(n * w, np.uint8) for _, n, w, _, _ in items]
+        got = entropy._rans.decode_streams([(bytes(s), n, w, b, o) for (_, n, w, b, _), s, o in zip(items, damaged, outs)])
+        if first is None:
+            assert got is None
+            assert all(np.array_equal(o, a) for o, a in zip(outs, want))
+        else:
+            assert got is not None and got[0] == first
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mprotect through ctypes")
+@pytest.mark.parametrize("bits", [4, 16, 32])
+def test_blocks_decoded_together_read_nothing_past_their_streams(bits, monkeypatch):
+    """Nine damaged or cut streams in one call, each ending just before a
+    page that may not be read: the engine's kernel, which reads ahead of
+    every slot, would crash the test process."""
+    libc = ctypes.CDLL(None)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    page = mmap.PAGESIZE
+    items = narrow_streams([bits], [3000, 5000, 2000, 4000, 3500, 6000, 2500, 9000, 1500], monkeypatch)
+    rng = np.random.default_rng(bits + 1)
+    for trial in range(12):
+        maps, views, calls = [], [], []
+        for k, (s, n, w, b, _) in enumerate(items):
+            data = bytearray(s)
+            data[rng.integers(len(data))] ^= 1 << rng.integers(8)
+            data = bytes(data[: rng.integers(1, len(data) + 1)] if (trial + k) % 2 else data)
+            pages = (len(data) + page - 1) // page + 1
+            m = mmap.mmap(-1, pages * page)
+            base = ctypes.addressof(ctypes.c_char.from_buffer(m))
+            assert libc.mprotect(base + (pages - 1) * page, page, 0) == 0
+            start = (pages - 1) * page - len(data)
+            m[start:start + len(data)] = data
+            maps.append((m, base, pages))
+            views.append(memoryview(m)[start:start + len(data)])
+            calls.append((views[-1], n, w, b, np.empty(n * w, np.uint8)))
+        entropy._rans.decode_streams(calls)
+        calls.clear()
+        for v in views:
+            v.release()
+        for m, base, pages in maps:
+            libc.mprotect(base + (pages - 1) * page, page, 3)
+            m.close()
