@@ -835,15 +835,15 @@ static int32_t multi_perm[256][8];
 /* One kernel per width of value (T). Offsets are read with 32-bit gathers
  * from `obase`, which every active slot's offsets lie within 2^31 bytes of
  * (multi_add sees to it); an idle slot's lanes are masked off. */
-#define MULTI_KERNEL(NAME, T) \
+#define MULTI_KERNEL(NAME, T, NV) \
 __attribute__((target("avx2"))) \
 static void NAME(narrow_t *const *s, const int *live, const uint64_t *arena, const uint8_t *obase) { \
-    __m256i x[4], mask[4], P[4], base[4], dbase[4], shift[4], on[4], pos[4]; \
-    const uint8_t *in[MULTI_SLOTS]; \
-    T *out[MULTI_SLOTS]; \
-    uint64_t at[MULTI_SLOTS]; \
-    for (int k = 0; k < MULTI_SLOTS; k++) { in[k] = s[k]->in; at[k] = s[k]->at; out[k] = (T *)s[k]->out + s[k]->i; } \
-    for (int v = 0; v < 4; v++) { \
+    __m256i x[NV], mask[NV], P[NV], base[NV], dbase[NV], shift[NV], on[NV], pos[NV]; \
+    const uint8_t *in[2 * NV]; \
+    T *out[2 * NV]; \
+    uint64_t at[2 * NV]; \
+    for (int k = 0; k < 2 * NV; k++) { in[k] = s[k]->in; at[k] = s[k]->at; out[k] = (T *)s[k]->out + s[k]->i; } \
+    for (int v = 0; v < NV; v++) { \
         const narrow_t *a = s[2 * v], *b = s[2 * v + 1]; \
         const int la = live[2 * v], lb = live[2 * v + 1]; \
         x[v] = _mm256_setr_epi32((int)a->x[0], (int)a->x[1], (int)a->x[2], (int)a->x[3], \
@@ -859,15 +859,15 @@ static void NAME(narrow_t *const *s, const int *live, const uint64_t *arena, con
     const __m256i lo16 = _mm256_set1_epi32(0xffff), below = _mm256_set1_epi32(RANS_L - 1); \
     const __m256i one = _mm256_set1_epi32(1), seven = _mm256_set1_epi32(7), zero = _mm256_setzero_si256(); \
     for (int g = 0; g < MULTI_GROUPS; g++) { \
-        __m256i h[4]; \
-        for (int v = 0; v < 4; v++) { /* each state's step: its slot's frequency | bias << 16, and its bin */ \
+        __m256i h[NV]; \
+        for (int v = 0; v < NV; v++) { /* each state's step: its slot's frequency | bias << 16, and its bin */ \
             __m256i slot = _mm256_add_epi32(_mm256_and_si256(x[v], mask[v]), base[v]); \
             __m256i e = _mm256_i32gather_epi32((const int *)arena, slot, 8); \
             h[v] = _mm256_i32gather_epi32((const int *)arena + 1, slot, 8); \
             x[v] = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(e, lo16), _mm256_srlv_epi32(x[v], P[v])), \
                                     _mm256_srli_epi32(e, 16)); \
         } \
-        for (int v = 0; v < 4; v++) { /* renormalization: each half from its block's next words, in lane order */ \
+        for (int v = 0; v < NV; v++) { /* renormalization: each half from its block's next words, in lane order */ \
             const int a = 2 * v, b = a + 1; \
             __m256i need = _mm256_cmpeq_epi32(_mm256_min_epu32(x[v], below), x[v]); \
             unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(need)); \
@@ -878,7 +878,7 @@ static void NAME(narrow_t *const *s, const int *live, const uint64_t *arena, con
             at[a] += 2 * (uint64_t)__builtin_popcount(m & 15); \
             at[b] += 2 * (uint64_t)__builtin_popcount(m >> 4); \
         } \
-        for (int v = 0; v < 4; v++) { /* offsets: positions by a prefix sum of the widths within each half */ \
+        for (int v = 0; v < NV; v++) { /* offsets: positions by a prefix sum of the widths within each half */ \
             __m256i wd = _mm256_srli_epi32(h[v], 16), low = _mm256_and_si256(h[v], lo16); \
             if (sizeof(T) == 4) low = _mm256_sllv_epi32(low, shift[v]); \
             __m256i t = _mm256_add_epi32(wd, _mm256_slli_si256(wd, 4)); \
@@ -911,7 +911,7 @@ static void NAME(narrow_t *const *s, const int *live, const uint64_t *arena, con
             } \
         } \
     } \
-    for (int v = 0; v < 4; v++) { \
+    for (int v = 0; v < NV; v++) { \
         uint32_t lanes[8], bits[8]; \
         _mm256_storeu_si256((__m256i *)lanes, x[v]); \
         _mm256_storeu_si256((__m256i *)bits, pos[v]); \
@@ -919,11 +919,14 @@ static void NAME(narrow_t *const *s, const int *live, const uint64_t *arena, con
         memcpy(s[2 * v + 1]->x, lanes + 4, 16); \
         s[2 * v]->pos = bits[0]; s[2 * v + 1]->pos = bits[4]; \
     } \
-    for (int k = 0; k < MULTI_SLOTS; k++) { s[k]->at = at[k]; s[k]->i += 4 * MULTI_GROUPS; } \
+    for (int k = 0; k < 2 * NV; k++) { s[k]->at = at[k]; s[k]->i += 4 * MULTI_GROUPS; } \
 }
-MULTI_KERNEL(multi_avx2_8, uint8_t)
-MULTI_KERNEL(multi_avx2_16, uint16_t)
-MULTI_KERNEL(multi_avx2_32, uint32_t)
+MULTI_KERNEL(multi8_avx2_8, uint8_t, 4)
+MULTI_KERNEL(multi8_avx2_16, uint16_t, 4)
+MULTI_KERNEL(multi8_avx2_32, uint32_t, 4)
+MULTI_KERNEL(multi4_avx2_8, uint8_t, 2)
+MULTI_KERNEL(multi4_avx2_16, uint16_t, 2)
+MULTI_KERNEL(multi4_avx2_32, uint32_t, 2)
 #undef MULTI_KERNEL
 #endif
 
@@ -991,11 +994,16 @@ static void multi_run(multi_t *m, int drain) {
             for (int k = 0; k < MULTI_SLOTS; k++) if (m->used[k]) multi_retire(m, k);
             return;
         }
+        /* the busy slots first; the kernel of two vectors where four slots hold them all */
         narrow_t idle[MULTI_SLOTS], *s[MULTI_SLOTS];
-        for (int k = 0; k < MULTI_SLOTS; k++) {
-            if (m->used[k]) { s[k] = &m->slot[k]; continue; }
+        int live[MULTI_SLOTS], n = 0, slots = busy > 4 ? 8 : 4;
+        for (int k = 0; k < MULTI_SLOTS; k++)
+            if (m->used[k]) { s[n] = &m->slot[k]; live[n++] = 1; }
+        for (int k = 0; k < MULTI_SLOTS && n < slots; k++) {
+            if (m->used[k]) continue;
             /* an idle slot steps on zeros into the sink (its table's first two entries zero, its offsets masked off) */
-            narrow_t *b = s[k] = &idle[k];
+            narrow_t *b = s[n] = &idle[n];
+            live[n++] = 0;
             memset(b, 0, sizeof *b);
             b->in = b->offs = m->zeros; b->out = m->sink;
             b->f.stab = m->arena + (size_t)k * SLOT_ENTRIES; b->f.P = 1; b->f.mask = 1;
@@ -1003,9 +1011,15 @@ static void multi_run(multi_t *m, int drain) {
             for (int j = 0; j < LANES; j++) b->x[j] = RANS_L;
         }
 #ifdef HAVE_WIDE_AVX2
-        if (m->width == 1) multi_avx2_8(s, m->used, m->arena, m->obase);
-        else if (m->width == 2) multi_avx2_16(s, m->used, m->arena, m->obase);
-        else multi_avx2_32(s, m->used, m->arena, m->obase);
+        if (slots == 8) {
+            if (m->width == 1) multi8_avx2_8(s, live, m->arena, m->obase);
+            else if (m->width == 2) multi8_avx2_16(s, live, m->arena, m->obase);
+            else multi8_avx2_32(s, live, m->arena, m->obase);
+        } else {
+            if (m->width == 1) multi4_avx2_8(s, live, m->arena, m->obase);
+            else if (m->width == 2) multi4_avx2_16(s, live, m->arena, m->obase);
+            else multi4_avx2_32(s, live, m->arena, m->obase);
+        }
 #endif
         for (int k = 0; k < MULTI_SLOTS; k++) {
             narrow_t *b = &m->slot[k];

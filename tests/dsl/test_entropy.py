@@ -436,3 +436,13 @@ def test_blocks_decoded_together_read_nothing_past_their_streams(bits, monkeypat
         for m, base, pages in maps:
             libc.mprotect(base + (pages - 1) * page, page, 3)
             m.close()
+
+
+@pytest.mark.parametrize("sizes", [[5000, 9000, 7000], [5000, 9000, 7000, 20000], [600, 600, 600, 600, 600]])
+@pytest.mark.parametrize("bits", [8, 16, 24])
+def test_few_blocks_decode_together_as_each_alone(sizes, bits, monkeypatch):
+    """Three to five blocks: the engine's kernel of two vectors (four slots)."""
+    items = narrow_streams([bits], sizes, monkeypatch)
+    outs = [np.empty(n * w, np.uint8) for _, n, w, _, _ in items]
+    assert entropy._rans.decode_streams([(s, n, w, b, o) for (s, n, w, b, _), o in zip(items, outs)]) is None
+    assert all(np.array_equal(o.view(x.dtype), x) for (*_, x), o in zip(items, outs))
