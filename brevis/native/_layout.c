@@ -209,6 +209,86 @@ done:
     Py_RETURN_NONE;
 }
 
+/* Byte kernels with AVX2 where the CPU has it: `partition`'s context is
+ * usually a float's exponent byte, the ranks of its `rank` child four bits
+ * (pack_bits), and their lookups 16 entries (one byte shuffle) or a few
+ * listed values: a vector of 32 bytes where the loops took one at a time. */
+static int avx2_known = -1;
+static int avx2_usable(void) {
+    if (avx2_known < 0) {
+        __builtin_cpu_init();
+        avx2_known = __builtin_cpu_supports("avx2");
+    }
+    return avx2_known;
+}
+
+/* dst[i] = table16[ranks[i]] for ranks below 16 (a larger one's byte is
+ * undefined: the caller refuses it by the largest rank, *most); returns how
+ * many ranks equal `top`. */
+__attribute__((target("avx2")))
+static Py_ssize_t lookup16_avx2(const uint8_t *ranks, Py_ssize_t n, const uint8_t *table16, uint8_t top,
+                                uint8_t *dst, uint8_t *most) {
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)table16));
+    const __m256i tops = _mm256_set1_epi8((char)top);
+    __m256i high = _mm256_setzero_si256();
+    Py_ssize_t escaped = 0, i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i r = _mm256_loadu_si256((const __m256i *)(ranks + i));
+        high = _mm256_max_epu8(high, r);
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_shuffle_epi8(table, r));
+        escaped += __builtin_popcount((unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(r, tops)));
+    }
+    uint8_t lanes[32], m = 0;
+    _mm256_storeu_si256((__m256i *)lanes, high);
+    for (int k = 0; k < 32; k++) if (lanes[k] > m) m = lanes[k];
+    for (; i < n; i++) {
+        uint8_t r = ranks[i];
+        if (r > m) m = r;
+        escaped += r == top;
+        dst[i] = table16[r & 15];
+    }
+    *most = m;
+    return escaped;
+}
+
+/* Four-bit lanes of `whole` packed bytes into 2 * whole bytes, the low lane first. */
+__attribute__((target("avx2")))
+static Py_ssize_t unpack4_avx2(const uint8_t *p, Py_ssize_t whole, uint8_t *d) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    Py_ssize_t b = 0;
+    for (; b + 32 <= whole; b += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(p + b));
+        __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        __m256i a = _mm256_unpacklo_epi8(lo, hi), c = _mm256_unpackhi_epi8(lo, hi);  /* bytes 0-7 | 16-23, 8-15 | 24-31 */
+        _mm256_storeu_si256((__m256i *)(d + 2 * b), _mm256_permute2x128_si256(a, c, 0x20));
+        _mm256_storeu_si256((__m256i *)(d + 2 * b + 32), _mm256_permute2x128_si256(a, c, 0x31));
+    }
+    return b;  /* bytes done */
+}
+
+/* classes[i] = the class of context byte i where every byte value has
+ * one (a table of 256): `dflt` but for the `k` listed values (values[j] ->
+ * codes[j]); counts[j] += how many bytes equal values[j]. Returns the
+ * bytes done (whole vectors). */
+__attribute__((target("avx2")))
+static Py_ssize_t classify_avx2(const uint8_t *ctx, Py_ssize_t n, const uint8_t *values, const uint8_t *codes, int k,
+                                uint8_t dflt, uint8_t *cls, Py_ssize_t *counts) {
+    __m256i v[16], c[16];
+    for (int j = 0; j < k; j++) { v[j] = _mm256_set1_epi8((char)values[j]); c[j] = _mm256_set1_epi8((char)codes[j]); }
+    const __m256i other = _mm256_set1_epi8((char)dflt);
+    Py_ssize_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(ctx + i)), out = other;
+        for (int j = 0; j < k; j++) {
+            __m256i eq = _mm256_cmpeq_epi8(x, v[j]);
+            out = _mm256_blendv_epi8(out, c[j], eq);
+            counts[j] += __builtin_popcount((unsigned)_mm256_movemask_epi8(eq));
+        }
+        _mm256_storeu_si256((__m256i *)(cls + i), out);
+    }
+    return i;
+}
+
 /* Four sets of counters, element i counted in set i % 4: consecutive
  * elements of one class (the usual case) then do not wait on each other's
  * increment of one counter in memory. */
@@ -255,7 +335,28 @@ static PyObject *layout_classify(PyObject *self, PyObject *args) {
         const uint8_t *table = tb.buf;
         uint8_t *cls = cb.buf;
         Py_BEGIN_ALLOW_THREADS
-        if (size == 1) CLASSIFY(uint8_t)
+        /* bytes with a class for every value (a table of 256), all of one class but at most 16: listed */
+        uint8_t values[16], codes[16], dflt = 0;
+        int listed = -1;
+        if (size == 1 && tlen == 256 && avx2_usable()) {
+            Py_ssize_t seen[256] = {0};
+            for (int v = 0; v < 256; v++) seen[table[v]]++;
+            for (int c = 0; c < 256; c++) if (seen[c] > seen[dflt]) dflt = (uint8_t)c;
+            listed = 0;
+            for (int v = 0; v < 256 && listed >= 0; v++)
+                if (table[v] != dflt) {
+                    if (listed == 16) listed = -1;
+                    else { values[listed] = (uint8_t)v; codes[listed++] = table[v]; }
+                }
+        }
+        if (listed >= 0) {
+            Py_ssize_t got[16] = {0}, done = classify_avx2(src, n, values, codes, listed, dflt, cls, got), in_list = 0;
+            for (int j = 0; j < listed; j++) { sets[0][codes[j]] += got[j]; in_list += got[j]; }
+            sets[0][dflt] += done - in_list;
+            const uint8_t *v = src;
+            for (Py_ssize_t i = done; i < n; i++) { uint8_t c = table[v[i]]; cls[i] = c; sets[0][c]++; }
+        }
+        else if (size == 1) CLASSIFY(uint8_t)
         else if (size == 2) CLASSIFY(uint16_t)
         else if (size == 4) CLASSIFY(uint32_t)
         else CLASSIFY(uint64_t)
@@ -478,10 +579,17 @@ static PyObject *layout_lookup(PyObject *self, PyObject *args) {
         Py_BEGIN_ALLOW_THREADS
         uint64_t table[256] = {0};  /* ranks past the table read zeros there, then are refused */
         for (Py_ssize_t j = 0; j < entries; j++) table[j] = load_item(tb.buf, size, j);
+        if (size == 1 && entries <= 16 && avx2_usable()) {  /* ranks of four bits or fewer: a byte shuffle */
+            uint8_t table16[16], most;
+            for (int j = 0; j < 16; j++) table16[j] = (uint8_t)table[j];  /* zeros past the entries */
+            escaped = lookup16_avx2(ranks, n, table16, (uint8_t)top, db.buf, &most);
+            bad = most > top;
+        } else {
 #define LOOKUP(T) { T *d = db.buf; for (Py_ssize_t i = 0; i < n; i++) { \
             uint8_t r = ranks[i]; bad |= r > top; escaped += r == top; d[i] = (T)table[r]; } }
-        if (size == 1) LOOKUP(uint8_t) else if (size == 2) LOOKUP(uint16_t) else if (size == 4) LOOKUP(uint32_t) else LOOKUP(uint64_t)
+            if (size == 1) LOOKUP(uint8_t) else if (size == 2) LOOKUP(uint16_t) else if (size == 4) LOOKUP(uint32_t) else LOOKUP(uint64_t)
 #undef LOOKUP
+        }
         Py_END_ALLOW_THREADS
         if (bad) error = "a rank lies past the table";
     }
@@ -542,7 +650,8 @@ static PyObject *layout_unpack(PyObject *self, PyObject *args) {
         uint8_t *d = db.buf;
         const Py_ssize_t whole = n / per;
         Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t b = 0; b < whole; b++) {
+        Py_ssize_t b = bits == 4 && avx2_usable() ? unpack4_avx2(p, whole, d) : 0;
+        for (; b < whole; b++) {
             uint8_t v = p[b];
             for (int l = 0; l < per; l++) d[b * per + l] = (uint8_t)((v >> (l * bits)) & mask);
         }

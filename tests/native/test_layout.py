@@ -107,6 +107,22 @@ def test_join_refuses_ranges_outside_the_words():
         delta._layout.join(src, [(0, 4)], np.zeros(7, np.uint16), True)
 
 
+@pytest.mark.parametrize("listed", [0, 1, 4, 16, 17, 200])
+@pytest.mark.parametrize("n", [0, 31, 32, 1000, 4099])
+def test_classify_of_bytes_is_numpys(listed, n):
+    """Byte contexts with a class for every value: up to 16 values outside
+    the most common class take the AVX2 kernel (where the CPU has it), more
+    the loop; both are a take and a bincount."""
+    rng = np.random.default_rng(listed * 7 + n)
+    table = np.full(256, 5, np.uint8)
+    table[rng.choice(256, listed, replace=False)] = rng.integers(0, 5, listed)
+    context = rng.choice(np.concatenate([np.flatnonzero(table != 5), [0, 255, 7]]), n).astype(np.uint8)
+    cls = np.empty(n, np.uint8)
+    counts = delta._layout.classify(context, table, cls)
+    assert np.array_equal(cls, table[context])
+    assert counts == np.bincount(table[context], minlength=256).tolist()
+
+
 def test_classify_counts_and_refuses_values_past_the_table():
     table = np.array([2, 0, 1, 2], np.uint8)
     context = np.array([0, 1, 2, 3, 3, 1], np.uint16)
@@ -181,6 +197,18 @@ def test_lookup_and_patch_undo_ranks(dtype):
     assert np.array_equal(out, want)
     with pytest.raises(ValueError):
         delta._layout.lookup(np.array([16], np.uint8), table, np.empty(1, dtype))  # past the table
+    for past in (16, 128, 255):  # inside a vector of 32: the largest rank refuses it
+        wrong = ranks.copy()
+        wrong[5] = past
+        with pytest.raises(ValueError):
+            delta._layout.lookup(wrong, table, np.empty(len(ranks), dtype))
+    short = table[:9].copy()  # fewer than 16 entries: ranks up to 8, the escape 8
+    small = ranks % 9
+    got = np.empty(len(small), dtype)
+    assert delta._layout.lookup(small, short, got) == int(np.count_nonzero(small == 8))
+    assert np.array_equal(got, short[small])
+    with pytest.raises(ValueError):
+        delta._layout.lookup(np.full(40, 9, np.uint8), short, np.empty(40, dtype))
     for wrong in (values[:-1], np.append(values, values[:1])):
         with pytest.raises(ValueError):
             delta._layout.patch(ranks, 15, wrong, out)
