@@ -272,3 +272,30 @@ def test_rank_decodes_alike_with_and_without_the_kernels(monkeypatch):
     fast = decode(program, Field(16), len(x), streams)
     monkeypatch.setattr(symbols, "_layout", None)
     assert np.array_equal(fast, x) and np.array_equal(decode(program, Field(16), len(x), streams), x)
+
+
+@pytest.mark.parametrize("k", [1, 5, 16, 17])
+def test_scatter_join_of_f32_by_exponent_refuses_damage_early_and_late(k):
+    """F32 words by their exponent byte (the deposit kernel): a part short by
+    one, one too long, or a class without a part near the start, is refused."""
+    rng = np.random.default_rng(k)
+    n = 100
+    x = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
+    cls = rng.integers(0, k, n).astype(np.uint8)
+    ctx = (x >> 23 & 0xFF).astype(np.uint8)
+    rest = (x & 0x7FFFFF) | (x >> 31 << 23)
+    parts = [rest[cls == j].copy() for j in range(k)]
+    args = ([(31, 1), (0, 23)], ctx, [(23, 8)])
+    out = np.empty(n, np.uint32)
+    delta._layout.scatter_join(cls, parts, args[0], args[1], args[2], out)
+    assert np.array_equal(out, x)
+    first = int(cls[3])
+    short = list(parts)
+    short[first] = parts[first][:1]
+    longer = list(parts)
+    longer[first] = np.append(parts[first], np.uint32(0))
+    stray = cls.copy()
+    stray[3] = k
+    for c, ps in ((cls, short), (cls, longer), (stray, parts)):
+        with pytest.raises(ValueError):
+            delta._layout.scatter_join(c, ps, args[0], args[1], args[2], out)
