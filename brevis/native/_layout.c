@@ -213,14 +213,14 @@ done:
  * usually a float's exponent byte, the ranks of its `rank` child four bits
  * (pack_bits), and their lookups 16 entries (one byte shuffle) or a few
  * listed values: a vector of 32 bytes where the loops took one at a time. */
-static int avx2_known = -1;
-static int avx2_usable(void) {
-    if (avx2_known < 0) {
-        __builtin_cpu_init();
-        avx2_known = __builtin_cpu_supports("avx2");
-    }
-    return avx2_known;
+/* NAME(): whether the CPU has FEATURE, asked once. */
+#define CPU_HAS(NAME, FEATURE) \
+static int NAME##_known = -1; \
+static int NAME(void) { \
+    if (NAME##_known < 0) { __builtin_cpu_init(); NAME##_known = __builtin_cpu_supports(FEATURE); } \
+    return NAME##_known; \
 }
+CPU_HAS(avx2_usable, "avx2")
 
 /* dst[i] = table16[ranks[i]] for ranks below 16 (a larger one's byte is
  * undefined: the caller refuses it by the largest rank, *most); returns how
@@ -407,14 +407,7 @@ static inline uint64_t spread(const spread_t *s, uint64_t v) {
  * spreading its value is one BMI2 deposit into the ranges' bits (pdep:
  * the value's low bits into the mask's low set bits, in order). Variable
  * shifts and masks a range cost twice as much. */
-static int pdep_known = -1;
-static int pdep_usable(void) {
-    if (pdep_known < 0) {
-        __builtin_cpu_init();
-        pdep_known = __builtin_cpu_supports("bmi2");
-    }
-    return pdep_known;
-}
+CPU_HAS(pdep_usable, "bmi2")
 
 /* One kernel per width of part, context and word (P, X, D): every element's
  * class part read in order, bounds checked; returns whether a part ran out
