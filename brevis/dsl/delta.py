@@ -36,6 +36,17 @@ def _columns(y: np.ndarray, stride: int) -> tuple[np.ndarray, int]:
     return y.reshape(-1, stride), n
 
 
+def _running(y: np.ndarray, t: Field, stride: int, xor: bool) -> np.ndarray:
+    """Running sums (modulo the container's width) or xors of y per lane of
+    `stride`, by the C kernel, in y where it is a writable array of t's
+    container (a child's value, made for this), else in a copy."""
+    y = np.ascontiguousarray(y, dtype=t.container)
+    if not y.flags.writeable:
+        y = y.copy()
+    _layout.prefix(y, stride, xor)
+    return y
+
+
 class _Strided(Operator):
     params = {"stride": int}
 
@@ -67,6 +78,8 @@ class Delta(_Strided):
         return [_mask(y, t.bits)]
 
     def inverse(self, n, t, read):
+        if _layout is not None:  # one pass in C, in place
+            return _mask(_running(read(0, n), t, self._config["stride"], False), t.bits)
         lanes, n = _columns(read(0, n), self._config["stride"])
         out = np.cumsum(lanes, axis=0, dtype=t.container).reshape(-1)[:n]
         return _mask(out, t.bits)
@@ -90,6 +103,8 @@ class XorDelta(_Strided):
         return [y]
 
     def inverse(self, n, t, read):
+        if _layout is not None:  # one pass in C, in place
+            return _running(read(0, n), t, self._config["stride"], True)
         lanes, n = _columns(read(0, n).astype(t.container, copy=False), self._config["stride"])
         return np.bitwise_xor.accumulate(lanes, axis=0).reshape(-1)[:n]
 

@@ -703,6 +703,44 @@ release:
     Py_RETURN_NONE;
 }
 
+/* prefix(values, stride, xor) -> None
+ * In place, lane by lane: values[i] += values[i - stride] (modulo the
+ * items' width), or ^= where xor, for i from stride on: the inverse of
+ * delta and xor_delta (items of 1, 2, 4 or 8 bytes). numpy's accumulate
+ * and cumsum took 1.9 ns a byte; one step a cycle here, the running value
+ * kept in a register where the stride is 1. */
+#define PREFIX(T) { \
+        T *v = vb.buf; \
+        if (stride == 1) { \
+            T acc = v[0]; \
+            if (xor) for (Py_ssize_t i = 1; i < n; i++) { acc ^= v[i]; v[i] = acc; } \
+            else for (Py_ssize_t i = 1; i < n; i++) { acc = (T)(acc + v[i]); v[i] = acc; } \
+        } else if (xor) for (Py_ssize_t i = stride; i < n; i++) v[i] ^= v[i - stride]; \
+        else for (Py_ssize_t i = stride; i < n; i++) v[i] = (T)(v[i] + v[i - stride]); }
+static PyObject *layout_prefix(PyObject *self, PyObject *args) {
+    PyObject *vo;
+    Py_ssize_t stride;
+    int xor;
+    if (!PyArg_ParseTuple(args, "Onp", &vo, &stride, &xor)) return NULL;
+    Py_buffer vb;
+    if (PyObject_GetBuffer(vo, &vb, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) return NULL;
+    const int size = (int)vb.itemsize;
+    const Py_ssize_t n = (size == 1 || size == 2 || size == 4 || size == 8) ? vb.len / size : -1;
+    if (n < 0 || stride < 1) {
+        PyBuffer_Release(&vb);
+        PyErr_SetString(PyExc_ValueError, "values of 1, 2, 4 or 8-byte items and a stride of at least 1");
+        return NULL;
+    }
+    if (n > stride) {
+        Py_BEGIN_ALLOW_THREADS
+        if (size == 1) PREFIX(uint8_t) else if (size == 2) PREFIX(uint16_t) else if (size == 4) PREFIX(uint32_t) else PREFIX(uint64_t)
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&vb);
+    Py_RETURN_NONE;
+}
+#undef PREFIX
+
 static PyMethodDef methods[] = {
     {"transpose", layout_transpose, METH_VARARGS, "transpose(src, rows, cols, itemsize, dst) -> None"},
     {"place", layout_place, METH_VARARGS, "place(src, width, records, stride, offset, dst) -> None"},
@@ -712,6 +750,7 @@ static PyMethodDef methods[] = {
     {"lookup", layout_lookup, METH_VARARGS, "lookup(ranks, table, dst) -> how many ranks escape"},
     {"patch", layout_patch, METH_VARARGS, "patch(ranks, escape, values, dst) -> None"},
     {"unpack", layout_unpack, METH_VARARGS, "unpack(packed, bits, dst) -> None"},
+    {"prefix", layout_prefix, METH_VARARGS, "prefix(values, stride, xor) -> None: running sums or xors, in place"},
     {"interleave", layout_interleave, METH_VARARGS, "interleave(planes, dst) -> None"},
     {NULL, NULL, 0, NULL},
 };

@@ -299,3 +299,31 @@ def test_scatter_join_of_f32_by_exponent_refuses_damage_early_and_late(k):
     for c, ps in ((cls, short), (cls, longer), (stray, parts)):
         with pytest.raises(ValueError):
             delta._layout.scatter_join(c, ps, args[0], args[1], args[2], out)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
+@pytest.mark.parametrize("stride", [1, 2, 3, 7, 64, 5000])
+@pytest.mark.parametrize("bits_of", ["full", "narrow"])
+def test_delta_and_xor_delta_decode_alike_with_and_without_the_kernel(dtype, stride, bits_of, monkeypatch):
+    """The running sums and xors of `prefix` (in place) against numpy's
+    cumsum and accumulate, for fields that fill their items or not, and a
+    child's value that is read-only (a raw leaf's stream) is left as it is."""
+    from brevis.dsl import Delta, XorDelta, delta as module
+    from brevis.dsl.types import Field
+
+    width = 8 * np.dtype(dtype).itemsize
+    bits = width if bits_of == "full" else width - 3
+    t = Field(bits)
+    x = np.random.default_rng(stride).integers(0, 1 << bits, 3001, dtype=np.uint64).astype(t.container)
+    for op in (Delta(stride=stride), XorDelta(stride=stride)):
+        (y,) = op.forward(x, t)
+        y.flags.writeable = False  # as a raw leaf's value is
+        fast = op.inverse(len(x), t, lambda i, n: y)
+        monkeypatch.setattr(module, "_layout", None)
+        slow = op.inverse(len(x), t, lambda i, n: y)
+        monkeypatch.undo()
+        assert np.array_equal(fast, x) and np.array_equal(slow, x)
+        (z,) = op.forward(x, t)
+        assert np.array_equal(y, z)  # untouched
+    with pytest.raises(ValueError):
+        delta._layout.prefix(np.zeros(4, np.uint8), 0, True)
