@@ -147,18 +147,48 @@ static int parse_ranges(PyObject *ro, int word_bits, int value_bits, spread_t *s
     return 0;
 }
 
+/* NAME(): whether the CPU has FEATURE, asked once. */
+#define CPU_HAS(NAME, FEATURE) \
+static int NAME##_known = -1; \
+static int NAME(void) { \
+    if (NAME##_known < 0) { __builtin_cpu_init(); NAME##_known = __builtin_cpu_supports(FEATURE); } \
+    return NAME##_known; \
+}
+CPU_HAS(avx2_usable, "avx2")
+
 /* One range over all elements: dst (|)= ((src >> pos) & mask) << low, in
  * the destination's width; one loop per pair of widths so that each
- * compiles to straight shifts (the compiler vectorizes them). */
+ * compiles to straight shifts (the compiler vectorizes them). Words of 4
+ * bytes or fewer in 32-bit arithmetic (their shifts are under 32): eight
+ * lanes to an AVX2 vector, where the 64-bit form took four and widened
+ * every item. */
 #define PUT_RANGE(S, D) { \
     const S *v = (const S *)src; D *d = (D *)dst; \
-    if (first) for (Py_ssize_t i = 0; i < n; i++) d[i] = (D)((((uint64_t)v[i] >> pos) & mask) << low); \
+    if (sizeof(D) <= 4) { \
+        const uint32_t m = (uint32_t)mask; \
+        if (first) for (Py_ssize_t i = 0; i < n; i++) d[i] = (D)((((uint32_t)v[i] >> pos) & m) << low); \
+        else for (Py_ssize_t i = 0; i < n; i++) d[i] |= (D)((((uint32_t)v[i] >> pos) & m) << low); \
+    } else if (first) for (Py_ssize_t i = 0; i < n; i++) d[i] = (D)((((uint64_t)v[i] >> pos) & mask) << low); \
     else for (Py_ssize_t i = 0; i < n; i++) d[i] |= (D)((((uint64_t)v[i] >> pos) & mask) << low); \
 }
 #define PUT_RANGE_TO(S) { \
     if (dsize == 1) PUT_RANGE(S, uint8_t) else if (dsize == 2) PUT_RANGE(S, uint16_t) \
     else if (dsize == 4) PUT_RANGE(S, uint32_t) else PUT_RANGE(S, uint64_t) \
 }
+/* A range of every width pair, compiled twice: for AVX2 and for any x86-64. */
+#define JOIN_RANGE(NAME, TARGET) \
+TARGET static void NAME(const void *src, Py_ssize_t ssize, void *dst, Py_ssize_t dsize, Py_ssize_t n, int pos, int low, \
+                        uint64_t mask, int first) { \
+    if (ssize == 1) PUT_RANGE_TO(uint8_t) \
+    else if (ssize == 2) PUT_RANGE_TO(uint16_t) \
+    else if (ssize == 4) PUT_RANGE_TO(uint32_t) \
+    else PUT_RANGE_TO(uint64_t) \
+}
+JOIN_RANGE(join_range, )
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+JOIN_RANGE(join_range_avx2, __attribute__((target("avx2"))))
+#define HAVE_JOIN_AVX2 1
+#endif
 
 /* join(src, ranges, dst, first) -> None
  * The inverse of cutting one field out of words (bit_fields, float
@@ -191,13 +221,12 @@ static PyObject *layout_join(PyObject *self, PyObject *args) {
     const void *src = sb.buf;
     void *dst = db.buf;
     Py_BEGIN_ALLOW_THREADS
+    void (*range)(const void *, Py_ssize_t, void *, Py_ssize_t, Py_ssize_t, int, int, uint64_t, int) = join_range;
+#ifdef HAVE_JOIN_AVX2
+    if (avx2_usable()) range = join_range_avx2;
+#endif
     for (int r = s.count - 1; r >= 0; r--) {  /* the last range holds the field's lowest bits */
-        const int pos = s.pos[r], low = s.low[r];
-        const uint64_t mask = s.mask[r];
-        if (ssize == 1) PUT_RANGE_TO(uint8_t)
-        else if (ssize == 2) PUT_RANGE_TO(uint16_t)
-        else if (ssize == 4) PUT_RANGE_TO(uint32_t)
-        else PUT_RANGE_TO(uint64_t)
+        range(src, ssize, dst, dsize, n, s.pos[r], s.low[r], s.mask[r], first);
         first = 0;
     }
     Py_END_ALLOW_THREADS
@@ -212,17 +241,9 @@ done:
 /* Byte kernels with AVX2 where the CPU has it: `partition`'s context is
  * usually a float's exponent byte, the ranks of its `rank` child four bits
  * (pack_bits), and their lookups 16 entries (one byte shuffle) or a few
- * listed values: a vector of 32 bytes where the loops took one at a time. */
-/* NAME(): whether the CPU has FEATURE, asked once. */
-#define CPU_HAS(NAME, FEATURE) \
-static int NAME##_known = -1; \
-static int NAME(void) { \
-    if (NAME##_known < 0) { __builtin_cpu_init(); NAME##_known = __builtin_cpu_supports(FEATURE); } \
-    return NAME##_known; \
-}
-CPU_HAS(avx2_usable, "avx2")
-
-/* dst[i] = table16[ranks[i]] for ranks below 16 (a larger one's byte is
+ * listed values: a vector of 32 bytes where the loops took one at a time.
+ *
+ * dst[i] = table16[ranks[i]] for ranks below 16 (a larger one's byte is
  * undefined: the caller refuses it by the largest rank, *most); returns how
  * many ranks equal `top`. */
 __attribute__((target("avx2")))
