@@ -341,9 +341,9 @@ class Ans(Coder):
     """Binned rANS over fields of <= 32 bits; inverse: rANS decoding of the
     bins with the stored model, plus each value's offset bits. Memory of
     the inverse: at most 1 times its output, plus 2**P fourteen-byte slots
-    (896 KiB at most) and 16 bytes per bin (at most 65,536 bins); a batch
-    (decode_batch) adds 2 MiB of slot tables per width of value for the
-    eight-block engine."""
+    (896 KiB at most) and 18 bytes per key of its model (at most 65,536
+    keys); a batch (decode_batch) adds 2 MiB of slot tables per width of
+    value for the eight-block engine."""
 
     id = "ans"
     params: dict = {}

@@ -31,7 +31,6 @@
 #define MAX_BLOCK_LOG 24
 
 typedef struct { Py_buffer v; int held; } buf_t;
-typedef struct { uint32_t freq, cum, lower, obits; } bin_t;
 typedef struct { uint64_t m, x_max; uint32_t l; } recip_t;
 
 static int take(PyObject *obj, buf_t *b, int writable, const char *what) {
@@ -460,13 +459,12 @@ static const char *narrow_finish(narrow_t *b, int width, int simd) {
  * (in, inlen) and offset bits (offs, offslen), with the block's model:
  * `bins` bins in cumulative order, frequencies summing to 2^P, a bin's
  * lower value its first key << `shift`. Scratch: `slots` and `stab` (2^P
- * entries; stab unused for P > 15), `table` (bins entries). NULL, or what
- * is wrong. Needs no GIL.
+ * entries; stab unused for P > 15). NULL, or what is wrong. Needs no GIL.
  * `simd` 0: the batches without BMI2 (the tests hold both to the same values). */
 static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_t *offs, Py_ssize_t offslen,
                                Py_ssize_t n, int width, const uint32_t *freq, const uint32_t *cum,
                                const uint32_t *lower, const uint8_t *obits, Py_ssize_t bins, int P, void *out,
-                               uint16_t *slots, bin_t *table, uint64_t *stab, int shift, int simd) {
+                               uint16_t *slots, uint64_t *stab, int shift, int simd) {
     const char *error = check_model(freq, cum, obits, bins, P, width);
     if (error) return error;
     if (P <= 15 && n >= BATCH) {  /* the fast path, on the slot table */
@@ -477,10 +475,8 @@ static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_
     }
     if (inlen < 4 * LANES || (inlen - 4 * LANES) % 2) return "damaged stream (length)";
     uint32_t M = 1u << P;
-    for (Py_ssize_t r = 0, total = 0; r < bins; total += freq[r], r++) {
-        for (uint32_t j = 0; j < freq[r]; j++) slots[total + j] = (uint16_t)r;
-        table[r].freq = freq[r]; table[r].cum = cum[r]; table[r].lower = lower[r]; table[r].obits = obits[r];
-    }
+    for (Py_ssize_t r = 0; r < bins; r++)
+        for (uint32_t j = 0; j < freq[r]; j++) slots[cum[r] + j] = (uint16_t)r;
     uint32_t x[LANES];
     for (int k = 0; k < LANES; k++) x[k] = load4(in + 4 * k);
     const uint8_t *ptr = in + 4 * LANES, *end = in + inlen;
@@ -1504,14 +1500,13 @@ static const char *stream_decode(const uint8_t *data, Py_ssize_t len, Py_ssize_t
                                  uint8_t *out, int simd, multi_t **multi, Py_ssize_t stream) {
     int shift = bits > 16 ? bits - 16 : 0, key_bits = bits - shift;
     /* scratch: the model of a block (at most 2^key_bits bins), its cumulative
-     * and shifted forms, its bins; the slots, grown to the largest P met */
+     * and shifted forms; the slots, grown to the largest P met */
     size_t most = (size_t)1 << key_bits;
-    uint8_t *scratch = PyMem_RawMalloc(most * (4 * 4 + 2 + sizeof(bin_t)));
+    uint8_t *scratch = PyMem_RawMalloc(most * (4 * 4 + 2));
     if (!scratch) return "out of memory";
     model_t m = {(uint32_t *)scratch, (uint32_t *)(scratch + 4 * most), scratch + 16 * most};
     uint32_t *cum = (uint32_t *)(scratch + 8 * most), *lower = (uint32_t *)(scratch + 12 * most);
     uint8_t *obits = scratch + 17 * most;
-    bin_t *table = (bin_t *)(scratch + 18 * most);
     uint16_t *slots = NULL;
     uint32_t *packed = NULL;
     int slots_log = -1;
@@ -1568,7 +1563,7 @@ static const char *stream_decode(const uint8_t *data, Py_ssize_t len, Py_ssize_t
                                     packed + ((size_t)1 << slots_log), packed + ((size_t)2 << slots_log), simd);
             else
                 error = decode_core(block + mpos, rlen, block + mpos + rlen, blen - mpos - rlen, count, width, m.freqs,
-                                    cum, lower, obits, nbins, P, out + start * width, slots, table, (uint64_t *)packed,
+                                    cum, lower, obits, nbins, P, out + start * width, slots, (uint64_t *)packed,
                                     shift, simd);
             pos += blen;
         }
