@@ -11,19 +11,22 @@ from brevis.archive.reader import MEMORY, ArchiveReader
 from helpers import write_safetensors
 
 
+def compressed(root, tensors: dict, **options):
+    """An archive of one safetensors file of `tensors`, made in `root`."""
+    write_safetensors(root / "m.safetensors", tensors)
+    brevis.compress([root / "m.safetensors"], root / "m.brv", **options)
+    return root / "m.brv"
+
+
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory):
-    root = tmp_path_factory.mktemp("reader")
     rng = np.random.default_rng(2)
-    write_safetensors(root / "m.safetensors", {
+    return compressed(tmp_path_factory.mktemp("reader"), {
         "a": ("F32", (3000,), (rng.standard_normal(3000) * 0.05).astype(np.float32).tobytes()),
         "b": ("F16", (5001,), (rng.standard_normal(5001) * 0.1).astype(np.float16).tobytes()),
         "c": ("BF16", (64, 40), (rng.standard_normal(2560).astype(np.float32).view(np.uint32) >> 16)
               .astype(np.uint16).tobytes()),
-    })
-    out = root / "m.brv"
-    brevis.compress([root / "m.safetensors"], out, chunk_bytes=4096)
-    return out
+    }, chunk_bytes=4096)
 
 
 def chunks(reader):
@@ -63,16 +66,12 @@ def test_an_archive_in_memory_reads_as_its_file(archive):
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory):
     """Two tensors coded by one `ans` leaf (batched) around a bias stored raw (decoded alone)."""
-    root = tmp_path_factory.mktemp("mixed")
     rng = np.random.default_rng(3)
-    write_safetensors(root / "m.safetensors", {
+    return compressed(tmp_path_factory.mktemp("mixed"), {
         "w1": ("F16", (65536,), (rng.standard_normal(65536) * 0.02).astype(np.float16).tobytes()),
         "bias": ("F32", (8,), rng.standard_normal(8).astype(np.float32).tobytes()),
         "w2": ("F16", (65536,), (rng.standard_normal(65536) * 0.03).astype(np.float16).tobytes()),
     })
-    out = root / "m.brv"
-    brevis.compress([root / "m.safetensors"], out)
-    return out
 
 
 def _mixed_work(reader):
