@@ -186,24 +186,21 @@ class ArchiveReader:
         the GIL over at every small chunk (taesd, 2 threads, warm: 9.2 ->
         7.1 ms with the batch left open)."""
         out: list = []
-        batch: list = []  # (position in out, segment, chunk, stream, target, into, copy) awaiting decoding
+        batch: list = []  # (position in out, segment, chunk, stream, target, into) awaiting decoding
         digest, check = self.chunk_digest, self.stream_check
 
         def flush() -> None:
             if not batch:
                 return
             try:
-                decode_batch([(stream, chunk.n, seg.value_type, target) for _, seg, chunk, stream, target, _, _ in batch])
+                decode_batch([(stream, chunk.n, seg.value_type, target) for _, seg, chunk, stream, target, _ in batch])
             except FormatError as e:
                 seg = batch[e.position][1]
                 raise FormatError(f"segment {seg.name!r}: a stream does not decode ({e})") from None
-            for pos, seg, chunk, _, target, into, copy in batch:
-                data = target.view(np.uint8) if into is None or copy else into
+            for pos, seg, chunk, _, target, into in batch:
+                data = target.view(np.uint8) if into is None else into
                 if digest(data) != chunk.digest:
                     raise ChecksumError(f"segment {seg.name!r}: decoded bytes do not match their checksum")
-                if copy:  # one memcpy into its place
-                    memoryview(into)[:] = memoryview(data)
-                    data = into
                 out[pos] = data
             batch.clear()
 
@@ -214,17 +211,13 @@ class ArchiveReader:
             t = seg.value_type
             target = self._target(seg, chunk, into)
             if (reference is None and chunk.n and not program.children and len(chunk.streams) == 1
-                    and batchable(program.node, t, None)):
+                    and batchable(program.node, t, target)):
                 stream = self._stored(chunk.streams)[0] if stored is None else stored[0]
                 off, _, crc = chunk.streams[0]
                 if check(stream) != crc:
                     raise ChecksumError(f"segment {seg.name!r}: stream 0 at offset {off} is damaged")
-                # A place not aligned to the elements (a tensor at an odd offset of
-                # its file, as ONNX puts them) is decoded beside it, then copied in:
-                # it stays in the batch instead of a decode of its own.
-                copy = target is not None and not batchable(program.node, t, target)
-                target = np.empty(chunk.n, t.container) if target is None or copy else target
-                batch.append((len(out), seg, chunk, stream, target, into, copy))
+                target = np.empty(chunk.n, t.container) if target is None else target
+                batch.append((len(out), seg, chunk, stream, target, into))
                 out.append(None)
                 continue
             # Decoded now, the batch left open (a model's small chunks, e.g. biases

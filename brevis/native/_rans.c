@@ -30,6 +30,13 @@
 #define MIN_BLOCK_LOG 10  /* the block sizes a reader accepts: entropy.py */
 #define MAX_BLOCK_LOG 24
 
+/* A decoded value's place need not be aligned to its width (a tensor at an
+ * odd offset of its file, as ONNX lays them out, decodes in place): every
+ * store of a value goes through these, which the compiler may not assume
+ * aligned. */
+typedef uint16_t __attribute__((aligned(1))) u16u;
+typedef uint32_t __attribute__((aligned(1))) u32u;
+
 typedef struct { Py_buffer v; int held; } buf_t;
 typedef struct { uint64_t m, x_max; uint32_t l; } recip_t;
 
@@ -293,19 +300,19 @@ static void NAME(const fast_t *f, uint32_t *xs, const uint8_t *in, uint64_t *wat
 #define FAST_KERNELS(SUFFIX, TARGET) \
 FAST_BINS(fast_bins##SUFFIX, load8(in + at), TARGET) \
 FAST_OFFSETS(fast_offsets8##SUFFIX, uint8_t, load8(base + (pos >> 3)), TARGET) \
-FAST_OFFSETS(fast_offsets16##SUFFIX, uint16_t, load8(base + (pos >> 3)), TARGET) \
-FAST_OFFSETS(fast_offsets32##SUFFIX, uint32_t, load8(base + (pos >> 3)), TARGET) \
+FAST_OFFSETS(fast_offsets16##SUFFIX, u16u, load8(base + (pos >> 3)), TARGET) \
+FAST_OFFSETS(fast_offsets32##SUFFIX, u32u, load8(base + (pos >> 3)), TARGET) \
 FAST_FUSED(fast_fused8##SUFFIX, uint8_t, TARGET) \
-FAST_FUSED(fast_fused16##SUFFIX, uint16_t, TARGET) \
-FAST_FUSED(fast_fused32##SUFFIX, uint32_t, TARGET)
+FAST_FUSED(fast_fused16##SUFFIX, u16u, TARGET) \
+FAST_FUSED(fast_fused32##SUFFIX, u32u, TARGET)
 FAST_KERNELS(_unchecked, )
 #ifdef HAVE_BMI2
 FAST_KERNELS(_bmi2, BMI2)
 #endif
 FAST_BINS(fast_bins_checked, load_bits(in, limit, at), )
 FAST_OFFSETS(fast_offsets8_checked, uint8_t, load_bits(base, limit, pos >> 3), )
-FAST_OFFSETS(fast_offsets16_checked, uint16_t, load_bits(base, limit, pos >> 3), )
-FAST_OFFSETS(fast_offsets32_checked, uint32_t, load_bits(base, limit, pos >> 3), )
+FAST_OFFSETS(fast_offsets16_checked, u16u, load_bits(base, limit, pos >> 3), )
+FAST_OFFSETS(fast_offsets32_checked, u32u, load_bits(base, limit, pos >> 3), )
 #undef FAST_KERNELS
 #undef FAST_FUSED
 #undef FAST_OFFSETS
@@ -445,7 +452,7 @@ static const char *narrow_finish(narrow_t *b, int width, int simd) {
             v += (uint32_t)((load_bits(ostart, olimit, pos >> 3) >> (pos & 7)) & (((uint64_t)1 << w) - 1));
             pos += w;
         }
-        if (width == 1) ob[i] = (uint8_t)v; else if (width == 2) ((uint16_t *)ob)[i] = (uint16_t)v; else ((uint32_t *)ob)[i] = v;
+        if (width == 1) ob[i] = (uint8_t)v; else if (width == 2) ((u16u *)ob)[i] = (uint16_t)v; else ((u32u *)ob)[i] = v;
     }
     if (!bad) {
         for (int j = 0; j < LANES; j++) if (b->x[j] != RANS_L) bad = 1;
@@ -482,8 +489,8 @@ static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_
     const uint8_t *ptr = in + 4 * LANES, *end = in + inlen;
     const uint8_t *op = offs, *oend = op + offslen;
     uint8_t *o8 = out;
-    uint16_t *o16 = out;
-    uint32_t *o32 = out;
+    u16u *o16 = out;
+    u32u *o32 = out;
     uint32_t mask = M - 1;
     uint64_t acc = 0;
     int fill = 0, bad = 0;
@@ -669,8 +676,8 @@ static int NAME(const uint32_t *packed, const uint32_t *vtab, const uint32_t *wt
 /* fields of at most 16 bits: vtab holds lower | width << 16; wider ones: wtab
  * the width, vtab the lower value (its low 6 bits the width where vmask drops them) */
 WIDE_SCALAR(wide_scalar8, uint8_t, v >> 16, v & 0xffff)
-WIDE_SCALAR(wide_scalar16, uint16_t, v >> 16, v & 0xffff)
-WIDE_SCALAR(wide_scalar32, uint32_t, wtab[slot], v & vmask)
+WIDE_SCALAR(wide_scalar16, u16u, v >> 16, v & 0xffff)
+WIDE_SCALAR(wide_scalar32, u32u, wtab[slot], v & vmask)
 #undef WIDE_SCALAR
 
 static int wide_simd_usable(void) {
@@ -713,8 +720,8 @@ static const char *decode_wide(const uint8_t *in, Py_ssize_t inlen, const uint8_
     uint64_t at = 0, pos = 0;  /* bytes of words read, bits of offsets read */
     Py_ssize_t i = 0;
     uint8_t *o8 = out;
-    uint16_t *o16 = out;
-    uint32_t *o32 = out;
+    u16u *o16 = out;
+    u32u *o32 = out;
     /* Whole groups of 32 values through a kernel (the
      * AVX2 one where offset positions fit its 32-bit lanes), from the
      * streams themselves while a group's reads stay inside them, then from
@@ -918,11 +925,11 @@ static void NAME(narrow_t *const *s, const int *live, const uint64_t *arena, con
     for (int k = 0; k < 2 * NV; k++) { s[k]->at = at[k]; s[k]->i += 4 * MULTI_GROUPS; } \
 }
 MULTI_KERNEL(multi8_avx2_8, uint8_t, 4)
-MULTI_KERNEL(multi8_avx2_16, uint16_t, 4)
-MULTI_KERNEL(multi8_avx2_32, uint32_t, 4)
+MULTI_KERNEL(multi8_avx2_16, u16u, 4)
+MULTI_KERNEL(multi8_avx2_32, u32u, 4)
 MULTI_KERNEL(multi4_avx2_8, uint8_t, 2)
-MULTI_KERNEL(multi4_avx2_16, uint16_t, 2)
-MULTI_KERNEL(multi4_avx2_32, uint32_t, 2)
+MULTI_KERNEL(multi4_avx2_16, u16u, 2)
+MULTI_KERNEL(multi4_avx2_32, u32u, 2)
 #undef MULTI_KERNEL
 #endif
 

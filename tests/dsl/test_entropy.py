@@ -446,3 +446,37 @@ def test_few_blocks_decode_together_as_each_alone(sizes, bits, monkeypatch):
     outs = [np.empty(n * w, np.uint8) for _, n, w, _, _ in items]
     assert entropy._rans.decode_streams([(s, n, w, b, o) for (s, n, w, b, _), o in zip(items, outs)]) is None
     assert all(np.array_equal(o.view(x.dtype), x) for (*_, x), o in zip(items, outs))
+
+
+def unaligned(nbytes: int, shift: int) -> np.ndarray:
+    """nbytes of a buffer that start `shift` bytes past an aligned address."""
+    return np.zeros(nbytes + 8, np.uint8)[shift: shift + nbytes]
+
+
+@pytest.mark.parametrize("shift", [1, 2, 3])
+@pytest.mark.parametrize("bits", [8, 12, 16, 24, 32])
+def test_every_kernel_stores_into_places_of_any_alignment(bits, shift, monkeypatch):
+    """A tensor at an odd offset of its file (ONNX) decodes in its place:
+    the engine's blocks (eight, four, alone), wide blocks with and without
+    AVX2, and the scalar loops all store values at any byte."""
+    items = narrow_streams([bits], SIZES, monkeypatch)
+    outs = [unaligned(n * w, shift) for _, n, w, _, _ in items]
+    assert entropy._rans.decode_streams([(s, n, w, b, o) for (s, n, w, b, _), o in zip(items, outs)]) is None
+    assert all(o.tobytes() == x.tobytes() for (*_, x), o in zip(items, outs))
+    for few in (items[:3], items[:1]):
+        outs = [unaligned(n * w, shift) for _, n, w, _, _ in few]
+        assert entropy._rans.decode_streams([(s, n, w, b, o) for (s, n, w, b, _), o in zip(few, outs)]) is None
+        assert all(o.tobytes() == x.tobytes() for (*_, x), o in zip(few, outs))
+    s, n, w, b, x = items[3]
+    for simd in (True, False):
+        out = unaligned(n * w, shift)
+        entropy._rans.decode_stream(s, n, w, b, out, simd)
+        assert out.tobytes() == x.tobytes()
+    monkeypatch.setattr(entropy, "WIDE_MIN", 32)
+    t, x = Field(bits), values("bell", 5000, bits, seed=shift)
+    stream = Ans().encode(x, t)
+    assert stream[0] & entropy.WIDE
+    for simd in (True, False):
+        out = unaligned(len(x) * x.itemsize, shift)
+        entropy._rans.decode_stream(stream, len(x), x.itemsize, bits, out, simd)
+        assert out.tobytes() == x.tobytes()
