@@ -20,6 +20,14 @@
 
 #define TILE 32
 
+/* Items need not be aligned to their width (a tensor at an odd offset of its
+ * file, as ONNX lays them out, is rebuilt in its place; a stream stored raw
+ * lies at any byte of the archive): every load and store of an item goes
+ * through these, which the compiler may not assume aligned. */
+typedef uint16_t __attribute__((aligned(1))) u16u;
+typedef uint32_t __attribute__((aligned(1))) u32u;
+typedef uint64_t __attribute__((aligned(1))) u64u;
+
 #define TRANSPOSE(T) { \
     const T *s = src; T *d = dst; \
     for (Py_ssize_t i0 = 0; i0 < rows; i0 += TILE) { \
@@ -58,9 +66,9 @@ static PyObject *layout_transpose(PyObject *self, PyObject *args) {
     void *dst = db.buf;
     Py_BEGIN_ALLOW_THREADS
     if (itemsize == 1) TRANSPOSE(uint8_t)
-    else if (itemsize == 2) TRANSPOSE(uint16_t)
-    else if (itemsize == 4) TRANSPOSE(uint32_t)
-    else TRANSPOSE(uint64_t)
+    else if (itemsize == 2) TRANSPOSE(u16u)
+    else if (itemsize == 4) TRANSPOSE(u32u)
+    else TRANSPOSE(u64u)
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&sb);
     PyBuffer_Release(&db);
@@ -172,17 +180,17 @@ CPU_HAS(avx2_usable, "avx2")
     else for (Py_ssize_t i = 0; i < n; i++) d[i] |= (D)((((uint64_t)v[i] >> pos) & mask) << low); \
 }
 #define PUT_RANGE_TO(S) { \
-    if (dsize == 1) PUT_RANGE(S, uint8_t) else if (dsize == 2) PUT_RANGE(S, uint16_t) \
-    else if (dsize == 4) PUT_RANGE(S, uint32_t) else PUT_RANGE(S, uint64_t) \
+    if (dsize == 1) PUT_RANGE(S, uint8_t) else if (dsize == 2) PUT_RANGE(S, u16u) \
+    else if (dsize == 4) PUT_RANGE(S, u32u) else PUT_RANGE(S, u64u) \
 }
 /* A range of every width pair, compiled twice: for AVX2 and for any x86-64. */
 #define JOIN_RANGE(NAME, TARGET) \
 TARGET static void NAME(const void *src, Py_ssize_t ssize, void *dst, Py_ssize_t dsize, Py_ssize_t n, int pos, int low, \
                         uint64_t mask, int first) { \
     if (ssize == 1) PUT_RANGE_TO(uint8_t) \
-    else if (ssize == 2) PUT_RANGE_TO(uint16_t) \
-    else if (ssize == 4) PUT_RANGE_TO(uint32_t) \
-    else PUT_RANGE_TO(uint64_t) \
+    else if (ssize == 2) PUT_RANGE_TO(u16u) \
+    else if (ssize == 4) PUT_RANGE_TO(u32u) \
+    else PUT_RANGE_TO(u64u) \
 }
 JOIN_RANGE(join_range, )
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -378,9 +386,9 @@ static PyObject *layout_classify(PyObject *self, PyObject *args) {
             for (Py_ssize_t i = done; i < n; i++) { uint8_t c = table[v[i]]; cls[i] = c; sets[0][c]++; }
         }
         else if (size == 1) CLASSIFY(uint8_t)
-        else if (size == 2) CLASSIFY(uint16_t)
-        else if (size == 4) CLASSIFY(uint32_t)
-        else CLASSIFY(uint64_t)
+        else if (size == 2) CLASSIFY(u16u)
+        else if (size == 4) CLASSIFY(u32u)
+        else CLASSIFY(u64u)
         Py_END_ALLOW_THREADS
         if (bad) error = "a context value lies past the class table";
         for (int c = 0; c < 256; c++) counts[c] = sets[0][c] + sets[1][c] + sets[2][c] + sets[3][c];
@@ -402,18 +410,18 @@ static PyObject *layout_classify(PyObject *self, PyObject *args) {
 static inline uint64_t load_item(const void *p, int size, Py_ssize_t i) {
     switch (size) {
     case 1: return ((const uint8_t *)p)[i];
-    case 2: return ((const uint16_t *)p)[i];
-    case 4: return ((const uint32_t *)p)[i];
-    default: return ((const uint64_t *)p)[i];
+    case 2: return ((const u16u *)p)[i];
+    case 4: return ((const u32u *)p)[i];
+    default: return ((const u64u *)p)[i];
     }
 }
 
 static inline void store_item(void *p, int size, Py_ssize_t i, uint64_t v) {
     switch (size) {
     case 1: ((uint8_t *)p)[i] = (uint8_t)v; break;
-    case 2: ((uint16_t *)p)[i] = (uint16_t)v; break;
-    case 4: ((uint32_t *)p)[i] = (uint32_t)v; break;
-    default: ((uint64_t *)p)[i] = v; break;
+    case 2: ((u16u *)p)[i] = (uint16_t)v; break;
+    case 4: ((u32u *)p)[i] = (uint32_t)v; break;
+    default: ((u64u *)p)[i] = v; break;
     }
 }
 
@@ -454,10 +462,10 @@ __attribute__((target("bmi2"))) static int NAME(const uint8_t *cls, Py_ssize_t n
     for (Py_ssize_t j = 0; j < k; j++) bad |= part[j] != end[j]; \
     return bad; \
 }
-SCATTER_DEPOSIT(deposit_32_8_32, uint32_t, uint8_t, uint32_t)
-SCATTER_DEPOSIT(deposit_8_8_16, uint8_t, uint8_t, uint16_t)
-SCATTER_DEPOSIT(deposit_16_8_16, uint16_t, uint8_t, uint16_t)
-SCATTER_DEPOSIT(deposit_64_16_64, uint64_t, uint16_t, uint64_t)
+SCATTER_DEPOSIT(deposit_32_8_32, u32u, uint8_t, u32u)
+SCATTER_DEPOSIT(deposit_8_8_16, uint8_t, uint8_t, u16u)
+SCATTER_DEPOSIT(deposit_16_8_16, u16u, uint8_t, u16u)
+SCATTER_DEPOSIT(deposit_64_16_64, u64u, u16u, u64u)
 #undef SCATTER_DEPOSIT
 
 /* The kernel for these widths: 0 or 1 as the kernel's result, -1 where
@@ -601,7 +609,7 @@ static PyObject *layout_lookup(PyObject *self, PyObject *args) {
         } else {
 #define LOOKUP(T) { T *d = db.buf; for (Py_ssize_t i = 0; i < n; i++) { \
             uint8_t r = ranks[i]; bad |= r > top; escaped += r == top; d[i] = (T)table[r]; } }
-            if (size == 1) LOOKUP(uint8_t) else if (size == 2) LOOKUP(uint16_t) else if (size == 4) LOOKUP(uint32_t) else LOOKUP(uint64_t)
+            if (size == 1) LOOKUP(uint8_t) else if (size == 2) LOOKUP(u16u) else if (size == 4) LOOKUP(u32u) else LOOKUP(u64u)
 #undef LOOKUP
         }
         Py_END_ALLOW_THREADS
@@ -706,13 +714,13 @@ static PyObject *layout_interleave(PyObject *self, PyObject *args) {
         for (int j = 0; j < k; j++) { v |= (T)pl[j][i] << (8 * j); } w[i] = v; } }
     if (k == 3 && size == 4) {  /* 24-bit fields: unrolled, the compiler vectorizes it */
         const uint8_t *a = pl[0], *b = pl[1], *c = pl[2];
-        uint32_t *w = (uint32_t *)d;
+        u32u *w = (u32u *)d;
         for (Py_ssize_t i = 0; i < n; i++) w[i] = (uint32_t)a[i] | (uint32_t)b[i] << 8 | (uint32_t)c[i] << 16;
     } else if (k == 2 && size == 2) {
         const uint8_t *a = pl[0], *b = pl[1];
-        uint16_t *w = (uint16_t *)d;
+        u16u *w = (u16u *)d;
         for (Py_ssize_t i = 0; i < n; i++) w[i] = (uint16_t)(a[i] | b[i] << 8);
-    } else if (size == 1) WEAVE(uint8_t) else if (size == 2) WEAVE(uint16_t) else if (size == 4) WEAVE(uint32_t) else WEAVE(uint64_t)
+    } else if (size == 1) WEAVE(uint8_t) else if (size == 2) WEAVE(u16u) else if (size == 4) WEAVE(u32u) else WEAVE(u64u)
 #undef WEAVE
     Py_END_ALLOW_THREADS
     ok = 1;
@@ -754,7 +762,7 @@ static PyObject *layout_prefix(PyObject *self, PyObject *args) {
     }
     if (n > stride) {
         Py_BEGIN_ALLOW_THREADS
-        if (size == 1) PREFIX(uint8_t) else if (size == 2) PREFIX(uint16_t) else if (size == 4) PREFIX(uint32_t) else PREFIX(uint64_t)
+        if (size == 1) PREFIX(uint8_t) else if (size == 2) PREFIX(u16u) else if (size == 4) PREFIX(u32u) else PREFIX(u64u)
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&vb);
