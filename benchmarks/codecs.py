@@ -180,7 +180,7 @@ class Brevis(Codec):
     is `brevis.unpack` on the archive's bytes, read into memory before the
     clock as every peer's input is: every file decoded into one buffer of
     its own on N threads, every chunk's stream checks and digest checked
-    (the archive's format version's: XXH3 and BLAKE3 from version 3 on), no
+    (the archive's format version's: XXH3-64 and XXH3-128 in version 7), no
     file written."""
 
     name, label = "brevis", "Brevis"

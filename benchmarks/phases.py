@@ -42,7 +42,7 @@ from brevis.dsl.coders import Zstd  # noqa: E402
 from brevis.synth.planner import Planner  # noqa: E402
 
 PHASES = ["scan", "discover", "learn", "plan", "encode", "write", "finish"]
-FLOOR = ["zstd", "blake3", "stream check", "read", "write"]
+FLOOR = ["zstd", "blake3", "digest", "stream check", "read", "write"]
 
 seconds: dict[str, float] = defaultdict(float)
 _in_chunk = [False]
@@ -80,6 +80,7 @@ def instrument() -> None:
     Planner.plan = _wrap("plan", Planner.plan)
     jobs.run_chunk = _wrap("encode", jobs.run_chunk, chunk=True)
     jobs.blake3 = _wrap("blake3", jobs.blake3)
+    jobs.chunk_digest = _wrap("digest", jobs.chunk_digest)
     jobs.stream_check = _wrap("stream check", jobs.stream_check)
     jobs._read = _wrap("read", jobs._read)
     Zstd.encode = _wrap("zstd", Zstd.encode, only_in_chunk=True)

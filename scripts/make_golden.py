@@ -12,6 +12,7 @@ folder unless --force is given (only ever for a version not yet released).
     python scripts/make_golden.py --version v4     # wide `ans` blocks
     python scripts/make_golden.py --version v5     # the `lzma` leaf
     python scripts/make_golden.py --version v6     # the `view` operator
+    python scripts/make_golden.py --version v7     # chunks checked with XXH3-128
     python scripts/make_golden.py --productions   # tests/golden/v1/productions/<id>.json
 
 The source folder is deterministic: a safetensors file with one tensor per

@@ -34,7 +34,7 @@ class Chunk:
     program: int  # index into the segment's programs
     n: int  # elements
     streams: list[tuple[int, int, int]]  # (offset, length, check of the stored bytes: format.stream_checker)
-    digest: bytes  # first 16 bytes of the BLAKE3 (SHA-256 before version 3) of the original bytes
+    digest: bytes  # XXH3-128 of the original bytes (BLAKE3 in versions 3 to 6, SHA-256 before)
 
     @property
     def stored(self) -> int:
@@ -167,8 +167,8 @@ CHUNK = Record("chunk", Chunk, array=True, malformed="malformed chunk", doc=(
                              message="chunk has the wrong number of streams", doc="as many as the program reads"),
           doc="one per leaf of the program, in order"),
     Field(3, "digest", Hex(DIGEST_BYTES, raw=True, message="malformed checksum"),
-          doc="first 16 bytes of the BLAKE3 (format version 3 on; SHA-256 in versions 1 and 2) of the chunk's "
-              "original bytes"),
+          doc="XXH3-128 of the chunk's original bytes, big-endian (format version 7 on; versions 3 to 6: the "
+              "first 16 bytes of their BLAKE3, 1 and 2: of their SHA-256)"),
     Check("segment_programs_peaks[chunk_program] * chunk_n <= MAX_DECODE_BYTES",
           "chunk of {chunk_n!r} elements would take more than MAX_DECODE_BYTES to decode with its program"),
 ])

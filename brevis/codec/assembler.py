@@ -97,7 +97,7 @@ class Assembler:
         if program.uses_reference and entry.base is None:
             b = ps.base
             entry.base = {"file": b.file, "name": b.name, "sha256": b.digest()[:DIGEST_BYTES].hex()}
-        entry.chunks.append(Chunk(number, ref.n, located, output.key[:DIGEST_BYTES]))
+        entry.chunks.append(Chunk(number, ref.n, located, output.digest))
         self._next_chunk += 1
         if self._next_chunk == len(ps.chunks):
             self._advance()  # the segment is complete: release its file if it was the last

@@ -455,22 +455,26 @@ def batchable(node, t: Field, out: np.ndarray | None) -> bool:
     return out is None or (out.dtype == dtype and out.flags.c_contiguous and out.flags.writeable)
 
 
-def decode_batch(items: list[tuple[memoryview, int, Field, np.ndarray]]) -> None:
+def decode_batch(items: list[tuple[memoryview, int, Field, np.ndarray]], checks: list | None = None) -> None:
     """Ans().decode_into for each (stream, n, t, out) of items that
     batchable() accepted, in one call that releases the GIL once for all
-    (threads decoding many small chunks hand it over less). FormatError
-    names the first that does not decode, with its position (.position)."""
+    (threads decoding many small chunks hand it over less). `checks`: for
+    each item, (its stream's expected check or -1, its bytes' expected
+    XXH3-128 or None), compared in the same call (_rans.decode_streams).
+    FormatError names the first that fails, with its position (.position)
+    and what failed (.kind: 0 it does not decode, 1 its stream's check, 2
+    its digest)."""
     calls = []
-    for data, n, t, out in items:
+    for k, (data, n, t, out) in enumerate(items):
         if not len(data):
             error = FormatError("ans stream: empty")
-            error.position = len(calls)
+            error.position, error.kind = len(calls), 0
             raise error
-        calls.append((data, n, _width(t), t.bits, out))
+        calls.append((data, n, _width(t), t.bits, out, *checks[k]) if checks else (data, n, _width(t), t.bits, out))
     failed = _rans.decode_streams(calls)
     if failed is not None:
         error = FormatError(f"ans stream: {failed[1]}")
-        error.position = failed[0]
+        error.position, error.kind = failed[0], failed[2]
         raise error
 
 

@@ -21,6 +21,13 @@
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
+/* xxHash (vendored, BSD 2-clause: xxhash/LICENSE), inlined: the checks that
+ * decode_streams makes without the GIL, each stream's before it decodes and
+ * each chunk's digest while its bytes are still in cache (format versions
+ * 3 on: a stream's check; 7 on: a chunk's digest, XXH3-128). */
+#define XXH_INLINE_ALL
+#define XXH_STATIC_LINKING_ONLY
+#include "xxhash/xxhash.h"
 
 #define LANES 4
 #define WIDE_LANES 32  /* a wide block's states (entropy.py WIDE_LANES) */
@@ -1583,8 +1590,10 @@ static const char *stream_decode(const uint8_t *data, Py_ssize_t len, Py_ssize_t
 }
 
 /* One decode call's arguments: the stream's and the output's buffers (held
- * once take_call succeeds), the values' count, width and bits. */
-typedef struct { buf_t b[2]; Py_ssize_t n; int width, bits; } call_t;
+ * once take_call succeeds), the values' count, width and bits; for
+ * decode_streams, the stream's expected check (-1: none) and the decoded
+ * bytes' expected digest (has_digest: 16 bytes). */
+typedef struct { buf_t b[2]; Py_ssize_t n; int width, bits; long long check; int has_digest; uint8_t digest[16]; } call_t;
 
 /* Check a call's n, width and bits (set in c) and take its buffers: 0, or
  * -1 with the exception set (the caller releases c->b either way). */
@@ -1661,11 +1670,46 @@ static PyObject *rans_decode_stream(PyObject *self, PyObject *args) {
     return NULL;
 }
 
-/* decode_streams(items) -> None or (k, message): decode_stream for each
- * (stream, n, width, bits, out) of a list, the GIL released once for all of
- * them: threads decoding many small chunks otherwise hand the GIL over at
- * every one. Stops at the first stream that does not decode: its position
- * in the list and what is wrong. Bad arguments raise as decode_stream's. */
+/* The low 32 bits of a stream's XXH3-64 (format.stream_check). */
+static uint32_t stream_check(const buf_t *b) {
+    return (uint32_t)XXH3_64bits(b->v.buf, (size_t)b->v.len);
+}
+
+/* Whether n bytes hash to this XXH3-128 digest (its canonical, big-endian form:
+ * xxhash.xxh3_128_digest's, format.chunk_digest's from version 7 on). */
+static int digest_matches(const void *data, size_t n, const uint8_t *digest) {
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits(data, n));
+    return memcmp(c.digest, digest, 16) == 0;
+}
+
+/* digest(data) -> 16 bytes: XXH3-128 of data, canonical (big-endian), the
+ * GIL released for large data. */
+static PyObject *rans_digest(PyObject *self, PyObject *args) {
+    Py_buffer v;
+    if (!PyArg_ParseTuple(args, "y*", &v)) return NULL;
+    XXH128_canonical_t c;
+    XXH128_hash_t h;
+    if (v.len >= (1 << 16)) {
+        Py_BEGIN_ALLOW_THREADS
+        h = XXH3_128bits(v.buf, (size_t)v.len);
+        Py_END_ALLOW_THREADS
+    } else h = XXH3_128bits(v.buf, (size_t)v.len);
+    PyBuffer_Release(&v);
+    XXH128_canonicalFromHash(&c, h);
+    return PyBytes_FromStringAndSize((const char *)c.digest, 16);
+}
+
+/* decode_streams(items) -> None or (k, message, kind): decode_stream for
+ * each (stream, n, width, bits, out[, check, digest]) of a list, the GIL
+ * released once for all of them: threads decoding many small chunks
+ * otherwise hand the GIL over at every one. `check` (an int, or -1): the
+ * stream's expected format.stream_check, compared before anything decodes;
+ * `digest` (16 bytes, or None): the decoded bytes' expected XXH3-128,
+ * compared once all have decoded. The first failure of the first kind met,
+ * by position in the list: kind 1 a stream does not match its check, 0 it
+ * does not decode (the message says why), 2 its bytes do not match their
+ * digest. Bad arguments raise as decode_stream's. */
 static PyObject *rans_decode_streams(PyObject *self, PyObject *args) {
     PyObject *list;
     if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return NULL;
@@ -1675,18 +1719,38 @@ static PyObject *rans_decode_streams(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     Py_ssize_t k = 0;
     for (; k < count; k++) {
-        PyObject *o[2];
+        PyObject *o[2], *digest = Py_None;
         call_t *c = &calls[k];
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(list, k), "OniiO", &o[0], &c->n, &c->width, &c->bits, &o[1])
+        c->check = -1;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(list, k), "OniiO|LO", &o[0], &c->n, &c->width, &c->bits, &o[1],
+                              &c->check, &digest)
                 || take_call(o[0], o[1], c) < 0)
             goto done;
+        if (c->check > 0xffffffffLL) { PyErr_SetString(PyExc_ValueError, "a check is 32 bits"); goto done; }
+        if (digest != Py_None) {
+            if (!PyBytes_Check(digest) || PyBytes_GET_SIZE(digest) != 16) {
+                PyErr_SetString(PyExc_ValueError, "a digest is 16 bytes");
+                goto done;
+            }
+            memcpy(c->digest, PyBytes_AS_STRING(digest), 16);
+            c->has_digest = 1;
+        }
     }
-    const char *error;
-    Py_ssize_t failed;
+    const char *error = NULL;
+    Py_ssize_t failed = -1;
+    int kind = 0;
     Py_BEGIN_ALLOW_THREADS
-    error = decode_calls(calls, count, 1, &failed);
+    for (Py_ssize_t j = 0; j < count && !error; j++)
+        if (calls[j].check >= 0 && stream_check(&calls[j].b[0]) != (uint32_t)calls[j].check) {
+            error = "stream does not match its check"; failed = j; kind = 1;
+        }
+    if (!error) error = decode_calls(calls, count, 1, &failed);
+    for (Py_ssize_t j = 0; j < count && !error; j++)
+        if (calls[j].has_digest && !digest_matches(calls[j].b[1].v.buf, (size_t)calls[j].b[1].v.len, calls[j].digest)) {
+            error = "decoded bytes do not match their digest"; failed = j; kind = 2;
+        }
     Py_END_ALLOW_THREADS
-    if (error) result = Py_BuildValue("(ns)", failed, error);
+    if (error) result = Py_BuildValue("(nsi)", failed, error, kind);
     else { Py_INCREF(Py_None); result = Py_None; }
 done:
     for (Py_ssize_t j = 0; j < count && j <= k; j++) release(calls[j].b, 2);
@@ -1725,7 +1789,9 @@ static PyMethodDef methods[] = {
     {"trie_values", rans_trie_values, METH_VARARGS, "trie_values(values, width, shift, key_bits, bin_cost, node_cost)"},
     {"encode_block", rans_encode_block, METH_VARARGS, "encode_block(values, width, bits, bin_cost, node_cost, lanes=4) -> bytes"},
     {"decode_stream", rans_decode_stream, METH_VARARGS, "decode_stream(stream, n, width, bits, out, simd=1) -> None"},
-    {"decode_streams", rans_decode_streams, METH_VARARGS, "decode_streams([(stream, n, width, bits, out), ...]) -> None or (k, error)"},
+    {"decode_streams", rans_decode_streams, METH_VARARGS,
+     "decode_streams([(stream, n, width, bits, out[, check, digest]), ...]) -> None or (k, error, kind)"},
+    {"digest", rans_digest, METH_VARARGS, "digest(data) -> XXH3-128 of data, 16 bytes, big-endian"},
     {"simd", rans_simd, METH_NOARGS, "simd() -> whether wide blocks decode with AVX2 here"},
     {NULL, NULL, 0, NULL},
 };

@@ -32,7 +32,7 @@ from ..dsl.program import Program
 from ..dsl.types import Field, tensor
 from ..dtypes import lookup
 from ..errors import NotApplicable
-from ..archive.format import stream_check
+from ..archive.format import chunk_digest, stream_check
 from ..archive.index import pieces
 from ..fs.sources import read_at, read_pieces
 from .shared import SharedBatch, write_batch_or_keep
@@ -58,7 +58,8 @@ class ChunkTask:
 
 @dataclass
 class ChunkOutput:
-    key: bytes  # BLAKE3 (32 bytes) of the original bytes, then the value type
+    key: bytes  # BLAKE3 (32 bytes) of the original bytes, then the value type: what repeats share
+    digest: bytes  # the index's digest of the original bytes (format.chunk_digest)
     program: str | None  # JSON of the program that ran; None: the task's own program
     streams: list[bytes] | None  # None when they are in shared memory (spans)
     crcs: list[int]  # the check of each stream (format.stream_check)
@@ -135,7 +136,7 @@ def run_chunk(task: ChunkTask) -> ChunkOutput:
         # Never larger than the data itself, nor costlier to decode than readers accept (dsl/memory.py).
         program, streams = _plain()[0], [data]
     ran = None if program is planned or program == planned else json.dumps(program.to_json())
-    return ChunkOutput(key, ran, streams, [stream_check(s) for s in streams], os.getpid())
+    return ChunkOutput(key, chunk_digest(data), ran, streams, [stream_check(s) for s in streams], os.getpid())
 
 
 @dataclass(frozen=True)

@@ -137,3 +137,18 @@ def test_v6_holds_a_view():
         (span,) = [s for f in reader.index.files if f.path == "weights.madeup" for s in f.segments]
         assert {p.to_json()[0] for p in span.programs} == {"view"}
         assert all(p.to_json()[1] == {"dtype": "F32"} for p in span.programs)
+
+
+def test_v7_checks_chunks_with_xxh3_128():
+    """What v7 was made to contain: every chunk's digest is the XXH3-128 of
+    its bytes, checked in the decoding call for an `ans` chunk decoded in
+    a batch and after decoding for the others."""
+    from xxhash import xxh3_128_digest
+
+    with ArchiveReader(GOLDEN / "v7" / "archive.brv") as reader:
+        assert reader.version == 7
+        work = [(s, c) for f in reader.index.files for s in f.segments for c in s.chunks]
+        assert {s.programs[c.program].to_json()[0] for s, c in work} >= {"ans", "view"}
+        for seg, chunk in work:
+            assert chunk.digest == xxh3_128_digest(bytes(reader.decode_chunk(seg, chunk)))
+        assert all(d is not None for d in reader.decode_chunks([(s, c, None, None, None) for s, c in work]))

@@ -480,3 +480,32 @@ def test_every_kernel_stores_into_places_of_any_alignment(bits, shift, monkeypat
         out = unaligned(len(x) * x.itemsize, shift)
         entropy._rans.decode_stream(stream, len(x), x.itemsize, bits, out, simd)
         assert out.tobytes() == x.tobytes()
+
+
+def test_a_batch_checks_its_streams_before_and_its_digests_after_decoding(monkeypatch):
+    """decode_streams' checks: a stream's XXH3-64 low 32 bits before anything
+    decodes (kind 1), the decoded bytes' XXH3-128 after (kind 2), each
+    naming the first that fails; with both right, the values come back."""
+    from xxhash import xxh3_64_intdigest, xxh3_128_digest
+
+    items = narrow_streams([12], [700, 5000, 3000], monkeypatch)
+    checks = [(xxh3_64_intdigest(s) & 0xFFFFFFFF, xxh3_128_digest(x.tobytes())) for s, *_, x in items]
+
+    def run(checks):
+        outs = [np.empty(n * w, np.uint8) for _, n, w, _, _ in items]
+        got = entropy._rans.decode_streams([(s, n, w, b, o, *c) for (s, n, w, b, _), o, c in zip(items, outs, checks)])
+        return got, outs
+
+    got, outs = run(checks)
+    assert got is None and all(o.tobytes() == x.tobytes() for (*_, x), o in zip(items, outs))
+    assert entropy._rans.digest(outs[1]) == checks[1][1]
+    for k in (2, 1):
+        bad = list(checks)
+        bad[k] = (bad[k][0] ^ 1, bad[k][1])
+        bad[2] = (bad[2][0], bytes(16))  # a wrong digest further on: the check comes first
+        assert run(bad)[0][0::2] == (k, 1)
+    bad = list(checks)
+    bad[1] = (-1, bytes(16))
+    assert run(bad)[0][0::2] == (1, 2)
+    with pytest.raises(ValueError):
+        run([(c, b"short") for c, _ in checks])
