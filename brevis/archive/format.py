@@ -19,10 +19,13 @@ from dataclasses import dataclass
 from blake3 import blake3
 from xxhash import xxh3_64_intdigest, xxh3_128_digest
 
-try:  # the same XXH3-128, the GIL released on large chunks
-    from ..native._rans import digest as _xxh3_128
+try:  # the same hashes, the GIL released on large chunks and streams
+    from ..native._rans import check as _xxh3_low32, digest as _xxh3_128
 except ImportError:
     _xxh3_128 = xxh3_128_digest
+
+    def _xxh3_low32(data) -> int:
+        return xxh3_64_intdigest(data) & 0xFFFFFFFF
 
 from ..errors import FormatError, TruncatedError, UnsupportedVersion
 
@@ -78,8 +81,9 @@ def stream_checker(version: int):
 
 
 def stream_check(data) -> int:
-    """The check of a stored stream in the archives Brevis writes (VERSION)."""
-    return xxh3_64_intdigest(data) & 0xFFFFFFFF
+    """The check of a stored stream in the archives Brevis writes (VERSION):
+    the low 32 bits of its XXH3-64."""
+    return _xxh3_low32(data)
 
 
 HEADER = struct.Struct("<8sHHI")

@@ -28,6 +28,9 @@
 #define XXH_INLINE_ALL
 #define XXH_STATIC_LINKING_ONLY
 #include "xxhash/xxhash.h"
+#ifdef BREVIS_XXH_DISPATCH  /* x86-64: AVX2 or AVX-512 where the CPU has them (xxh_x86dispatch.c) */
+#include "xxhash/xxh_x86dispatch.h"
+#endif
 
 #define LANES 4
 #define WIDE_LANES 32  /* a wide block's states (entropy.py WIDE_LANES) */
@@ -1683,6 +1686,21 @@ static int digest_matches(const void *data, size_t n, const uint8_t *digest) {
     return memcmp(c.digest, digest, 16) == 0;
 }
 
+/* check(data) -> int: the low 32 bits of data's XXH3-64 (format.stream_check),
+ * the GIL released for large data. */
+static PyObject *rans_check(PyObject *self, PyObject *args) {
+    Py_buffer v;
+    if (!PyArg_ParseTuple(args, "y*", &v)) return NULL;
+    uint32_t h;
+    if (v.len >= (1 << 16)) {
+        Py_BEGIN_ALLOW_THREADS
+        h = (uint32_t)XXH3_64bits(v.buf, (size_t)v.len);
+        Py_END_ALLOW_THREADS
+    } else h = (uint32_t)XXH3_64bits(v.buf, (size_t)v.len);
+    PyBuffer_Release(&v);
+    return PyLong_FromUnsignedLong(h);
+}
+
 /* digest(data) -> 16 bytes: XXH3-128 of data, canonical (big-endian), the
  * GIL released for large data. */
 static PyObject *rans_digest(PyObject *self, PyObject *args) {
@@ -1792,6 +1810,7 @@ static PyMethodDef methods[] = {
     {"decode_streams", rans_decode_streams, METH_VARARGS,
      "decode_streams([(stream, n, width, bits, out[, check, digest]), ...]) -> None or (k, error, kind)"},
     {"digest", rans_digest, METH_VARARGS, "digest(data) -> XXH3-128 of data, 16 bytes, big-endian"},
+    {"check", rans_check, METH_VARARGS, "check(data) -> the low 32 bits of XXH3-64 of data"},
     {"simd", rans_simd, METH_NOARGS, "simd() -> whether wide blocks decode with AVX2 here"},
     {NULL, NULL, 0, NULL},
 };
