@@ -226,7 +226,8 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON
 base_option = click.option("--base", type=click.Path(path_type=str), default=None,
                            help="The base model the archive was made against (compress --base).")
 effort_option = click.option("-e", "--effort", type=click.IntRange(0, 3), default=DEFAULT_EFFORT, show_default=True,
-                             help="Search effort: 0 no search, 1 fast, 2 default, 3 thorough.")
+                             help="Search effort: 0 no search, 1 fast, 2 default, 3 thorough (and, in files no parser "
+                                  "knows, LZMA where it codes 0.5 % smaller, not 5 %: smaller, decoding 10-40x slower).")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

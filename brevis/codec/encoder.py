@@ -59,7 +59,7 @@ def learn(sources, *, effort: int = DEFAULT_EFFORT, threads: int = 1, chunk_byte
     try:
         with Pool(threads) as pool:
             scanned = list(pool.ordered_map(scan, files))
-            discover(scanned)
+            discover(scanned, planner.effort.lzma_margin)
             return _learn(planner, scanned, pool, chunk_bytes, base_model)
     finally:
         if base_model is not None:
@@ -139,7 +139,7 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
                 chunk_executor, chunk_window = executor, window or 2 * max(1, threads)
                 batch = (batch_bytes, WORKER_BATCH_CHUNKS)
             scanned = list(pool.ordered_map(scan, files))
-            discover(scanned)
+            discover(scanned, planner.effort.lzma_margin)
             learn_time = time.perf_counter()
             if prior is None and planner.effort.learn_tensors:
                 _learn(planner, scanned, pool, chunk_bytes, base_model, executor)

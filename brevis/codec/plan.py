@@ -36,7 +36,7 @@ from ..archive.index import pieces
 from ..formats import Segment, discovery, layout, repeats
 from ..formats.gather import gather, gatherable
 from ..fs.sources import Source, check_identity, read_exactly
-from ..synth.planner import LZMA_CHUNK_BYTES, TINY, Plan, Planner, SegmentInfo, lzma_wins
+from ..synth.planner import LZMA_CHUNK_BYTES, LZMA_MARGIN, TINY, Plan, Planner, SegmentInfo, lzma_wins
 from ..synth.prior import Prior
 from ..synth.search import SearchResult
 from ..workers.pool import Pool, chunk_counts, ordered_map, ordered_pairs
@@ -114,7 +114,7 @@ def scan(source: Source) -> ScannedFile:
                        mode=stat.S_IMODE(st.st_mode))
 
 
-def discover(scanned: list[ScannedFile]) -> None:
+def discover(scanned: list[ScannedFile], lzma_margin: float = LZMA_MARGIN) -> None:
     """What the parsers left as long byte spans, cut from the bytes alone
     (formats/repeats.py, formats/discovery.py):
 
@@ -143,7 +143,7 @@ def discover(scanned: list[ScannedFile]) -> None:
             at = sp.segment.offset
             changed[k] = discovery.changes(sp.segment, sp.read)
             whole[k] = lzma_wins(lambda off, n, sp=sp, at=at: sp.read(at + off, n),
-                                 [(p.offset - at, p.length) for p in changed[k]])
+                                 [(p.offset - at, p.length) for p in changed[k]], lzma_margin)
     found = [copies for copies in repeats.regions(spans) if not _within_reach(copies, whole)]
     replaced = repeats.cut(spans, found)
     numbers: dict[tuple[int, int], int] = {}  # (region, piece of it) -> the piece's region

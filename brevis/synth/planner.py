@@ -77,13 +77,15 @@ WHOLE_TRIAL_MOST = (1 << 62, 1 << 62, 1 << 62, WHOLE_TRIAL_BYTES)  # level 19 on
 # one its manual gives for text (lc = 4, pb = 0) or a 4-byte word's lane as
 # context (lp = pb = 2: floats at any alignment), the best of the three on
 # LZMA_PROBES probes of LZMA_PROBE_BYTES over the span (it codes at about
-# 3 MB/s), taken only where it is LZMA_MARGIN smaller than the best of the
-# rest: it decodes 16-50 MB/s, 10 to 40 times slower than `ans` and zstd,
-# and users load a checkpoint far more often than they archive it. At a
-# margin of 0.5 % (before), on the held-out corpus: vosk's Kaldi model
-# 1.0 % smaller for decoding at 50 MB/s instead of 693, PaddleOCR's 0.1 %
-# for 45 MB/s instead of 465; at 5 %, MediaPipe's TFLite 0.56 % larger,
-# three others 0-0.05 %. Not in a parsed file,
+# 3 MB/s), taken only where it is the effort's lzma_margin smaller than the
+# best of the rest: it decodes 16-50 MB/s, 10 to 40 times slower than `ans`
+# and zstd, and users load a checkpoint far more often than they archive
+# it. Up to the default effort LZMA_MARGIN (5 %); at the highest, for the
+# smallest archive, LZMA_MARGIN_MOST (0.5 %). On the held-out corpus (whose
+# unparsed files alone LZMA codes), 5 % against 0.5 %: 0.43 % larger
+# overall, decoding 2.8x faster (298 MB/s against 107); vosk's Kaldi
+# model 1.0 % larger for 579 MB/s instead of 46, PaddleOCR's 1.7 % for 382
+# instead of 38, a Keras H5 3.1 % for 172 instead of 21. Not in a parsed file,
 # at any effort: there the byte spans are headers and framing between
 # tensors, where it gains little for its time (gemma's GGUF: its
 # vocabulary 22 % smaller, the item 0.19 %, compression 4x slower).
@@ -91,6 +93,7 @@ LZMA_TRIALS = tuple(Program.leaf(Lzma(preset=6, lc=lc, lp=lp, pb=pb)) for lc, lp
 LZMA_PROBES = 4
 LZMA_PROBE_BYTES = 1 << 18
 LZMA_MARGIN = 0.05
+LZMA_MARGIN_MOST = 0.005
 LZMA_CONTEXT_BYTES = 1 << 18  # the bytes a literal context is chosen on (_lzma_best)
 # Its chunks are longer: its window then reaches as far as xz -6's (a 1 MiB
 # chunk of a tokenizer's vocabulary is 14 % larger than xz -6 on 1.7 MB).
@@ -113,13 +116,14 @@ class Effort:
     slices: int
     slice_bytes: int
     seconds: float = 10.0
+    lzma_margin: float = LZMA_MARGIN  # how much smaller than the best fast coder LZMA must code a span
 
 
 EFFORTS = {
     0: Effort(0, 0, 0, 0, 1, 4096),
     1: Effort(1, 64, 8, 300, 4, 16384),
     2: Effort(2, 400, 8, 400, 4, 65536),
-    3: Effort(3, 2000, 32, 5000, 16, 32768),
+    3: Effort(3, 2000, 32, 5000, 16, 32768, lzma_margin=LZMA_MARGIN_MOST),
 }
 
 
@@ -313,7 +317,8 @@ class Planner:
         if plan.program is None or plan.stats.get("search") in (SearchKind.TINY, SearchKind.NONE) or seg.records:
             return plan
         if not isinstance(seg.t, Tensor):
-            return _measured(seg, plan.program, plan.stats, lzma=seg.lzma and not seg.parsed)
+            return _measured(seg, plan.program, plan.stats, lzma=seg.lzma and not seg.parsed,
+                             lzma_margin=self.effort.lzma_margin)
         estimate = plan.estimate
         if seg.length <= WHOLE_TRIAL_BYTES and estimate is not None and seg.reference is None:
             # A tensor's long-range repeats (a basis of sines, tiled rows)
@@ -485,12 +490,13 @@ def _plain(root: Value, seg: SegmentInfo, scale: float) -> float:
     return _plain_best(root, seg, scale)[0]
 
 
-def _measured(seg: SegmentInfo, found: Program, stats: dict, lzma: bool = True) -> Plan:
+def _measured(seg: SegmentInfo, found: Program, stats: dict, lzma: bool = True,
+              lzma_margin: float = LZMA_MARGIN) -> Plan:
     """A byte span's program by measurement on all of it (up to 1 MiB), or
     on two windows of up to 1 MiB (a chunk's worth), centred at a third and
     two thirds of a longer span and coded apart: the one the search found
     on the sample, a zstd level, or the bytes read as words; and, where
-    `lzma`, LZMA (_lzma_trial). A sample shows a coder's order-0 statistics but not the
+    `lzma`, LZMA (_lzma_trial), where `lzma_margin` smaller. A sample shows a coder's order-0 statistics but not the
     repeats a long window finds (strings, tables, copies of arrays, zero
     runs), which decide between levels."""
     if seg.length <= WHOLE_TRIAL_BYTES:
@@ -512,16 +518,17 @@ def _measured(seg: SegmentInfo, found: Program, stats: dict, lzma: bool = True) 
     estimate = None if best_size is None else best_size * scale
     if lzma:
         program, size = _lzma_trial(seg, pieces)
-        if estimate is None or size * scale < estimate * (1 - LZMA_MARGIN):
+        if estimate is None or size * scale < estimate * (1 - lzma_margin):
             return Plan(program, dict(stats, estimate=round(size * scale)), round(size * scale), LZMA_CHUNK_BYTES)
     estimate = None if estimate is None else round(estimate)
     return Plan(best, dict(stats, estimate=estimate), estimate)
 
 
-def lzma_wins(read: Callable[[int, int], bytes], pieces: list[tuple[int, int]]) -> bool:
+def lzma_wins(read: Callable[[int, int], bytes], pieces: list[tuple[int, int]],
+              margin: float = LZMA_MARGIN) -> bool:
     """Whether a byte span is better coded whole by LZMA (the best of its
-    literal contexts) than cut into `pieces` ((offset, length) in the span, where
-    its statistics change) each coded by the best fast coder: measured on
+    literal contexts), by `margin`, than cut into `pieces` ((offset, length) in
+    the span, where its statistics change) each coded by the best fast coder: measured on
     LZMA_PROBES * 4 probes of up to LZMA_PROBE_BYTES / 4 at even places,
     each inside one piece, LZMA running over all of them as over the span
     (on all of a short span).
@@ -543,7 +550,7 @@ def lzma_wins(read: Callable[[int, int], bytes], pieces: list[tuple[int, int]]) 
     fast_coders = (WHOLE_TRIAL_PROGRAMS[0], WHOLE_TRIAL_PROGRAMS[1], TINY_ANS) + WORD_TRIALS + PLANE_TRIALS
     fast = sum(min(n for n in (_coded(p, [x], BYTES) for p in fast_coders) if n is not None) for x in probes)
     slow = _lzma_best([np.concatenate(probes)], BYTES)[1]
-    return slow < fast * (1 - LZMA_MARGIN)
+    return slow < fast * (1 - margin)
 
 
 def _lzma_best(pieces: list[np.ndarray], t: Field) -> tuple[int, int]:

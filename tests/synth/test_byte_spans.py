@@ -123,3 +123,17 @@ def test_a_short_span_of_floats_takes_ans_on_its_words(tmp_path):
     brevis.decompress(out, tmp_path / "out")
     assert (tmp_path / "out").read_bytes() == w.tobytes() if (tmp_path / "out").is_file() else \
         (tmp_path / "out" / "norm.bin").read_bytes() == w.tobytes()
+
+
+def test_lzma_must_win_by_the_efforts_margin():
+    """LZMA decodes 10-40x slower than the fast coders: up to the default
+    effort it must code a span 5 % smaller than they do, at the highest
+    0.5 %."""
+    from brevis.synth.planner import LZMA_MARGIN, LZMA_MARGIN_MOST, effort, lzma_wins
+
+    text = vocabulary()
+    read = lambda off, n: text[off: off + n]  # noqa: E731
+    assert lzma_wins(read, [(0, len(text))], margin=LZMA_MARGIN)  # text: far ahead
+    assert not lzma_wins(read, [(0, len(text))], margin=0.9)
+    assert [effort(e).lzma_margin for e in (0, 1, 2, 3)] == [LZMA_MARGIN] * 3 + [LZMA_MARGIN_MOST]
+    assert LZMA_MARGIN_MOST < LZMA_MARGIN
