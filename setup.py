@@ -4,9 +4,10 @@ import platform
 
 from setuptools import Extension, setup
 
-# _rans.c includes xxHash (vendored: brevis/native/xxhash/, BSD 2-clause); on
-# x86-64 with its dispatcher, which picks SSE2, AVX2 or AVX-512 at run time
-# (twice SSE2's speed on a chunk in cache here).
+# _rans.c includes xxHash 0.8.4 (vendored from the xxhash 4.1.0 sdist:
+# brevis/native/xxhash/, BSD 2-clause); on x86-64 with its dispatcher, which
+# picks SSE2, AVX2 or AVX-512 at run time (twice SSE2's speed on a chunk in
+# cache here).
 XXHASH = "brevis/native/xxhash/"
 x86 = platform.machine().lower() in ("x86_64", "amd64")
 setup(ext_modules=[
