@@ -782,6 +782,7 @@ def test_zstd_configs_roundtrip_through_json(**config):
 # ---- coders refuse streams of the wrong size
 @pytest.mark.parametrize("coder", [Raw(), Zstd.at_level(3), Ans(), Lzma(preset=6, lc=2, lp=2, pb=2)], ids=str)
 def test_coder_rejects_streams_of_the_wrong_length(coder):
+    """Through decode and decode_into (a coder's own way into a chunk's place) alike."""
     t = Field(16)
     x = np.arange(10, dtype=np.uint16)
     data = coder.encode(x, t)
@@ -789,11 +790,14 @@ def test_coder_rejects_streams_of_the_wrong_length(coder):
     for n in (0, 9, 11):
         with pytest.raises(FormatError):
             coder.decode(memoryview(data), n, t)
-    with pytest.raises(FormatError):
-        coder.decode(memoryview(data[:-1]), 10, t)
-    with pytest.raises(FormatError):
-        coder.decode(memoryview(b"\x00" * len(data)), 10, t) if coder.id == "zstd" else \
-            coder.decode(memoryview(data + b"\x00"), 10, t)
+        with pytest.raises(FormatError):
+            coder.decode_into(memoryview(data), n, t, np.empty(n, np.uint16))
+    bad = [data[:-1], b"\x00" * len(data) if coder.id == "zstd" else data + b"\x00"]
+    for stream in bad:
+        with pytest.raises(FormatError):
+            coder.decode(memoryview(stream), 10, t)
+        with pytest.raises(FormatError):
+            coder.decode_into(memoryview(stream), 10, t, np.empty(10, np.uint16))
 
 
 # ---- stream layouts against plain per-element references (the archive format must not change)
