@@ -13,7 +13,8 @@ x86 = platform.machine().lower() in ("x86_64", "amd64")
 setup(ext_modules=[
     Extension("brevis.native._rans", ["brevis/native/_rans.c"] + ([XXHASH + "xxh_x86dispatch.c"] if x86 else []),
               extra_compile_args=["-O3"], define_macros=[("BREVIS_XXH_DISPATCH", "1")] if x86 else [],
-              depends=[XXHASH + "xxhash.h", XXHASH + "xxh_x86dispatch.h"]),
-    Extension("brevis.native._layout", ["brevis/native/_layout.c"], extra_compile_args=["-O3"]),
+              depends=["brevis/native/common.h", XXHASH + "xxhash.h", XXHASH + "xxh_x86dispatch.h"]),
+    Extension("brevis.native._layout", ["brevis/native/_layout.c"], extra_compile_args=["-O3"],
+              depends=["brevis/native/common.h"]),
     Extension("brevis.native._chunking", ["brevis/native/_chunking.c"], extra_compile_args=["-O3"]),
 ])

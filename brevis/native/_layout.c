@@ -17,16 +17,9 @@
 #include <stdint.h>
 #include <string.h>
 #include <immintrin.h>
+#include "common.h"  /* u16u, u32u, u64u: items at any alignment; CPU_HAS */
 
 #define TILE 32
-
-/* Items need not be aligned to their width (a tensor at an odd offset of its
- * file, as ONNX lays them out, is rebuilt in its place; a stream stored raw
- * lies at any byte of the archive): every load and store of an item goes
- * through these, which the compiler may not assume aligned. */
-typedef uint16_t __attribute__((aligned(1))) u16u;
-typedef uint32_t __attribute__((aligned(1))) u32u;
-typedef uint64_t __attribute__((aligned(1))) u64u;
 
 #define TRANSPOSE(T) { \
     const T *s = src; T *d = dst; \
@@ -155,13 +148,6 @@ static int parse_ranges(PyObject *ro, int word_bits, int value_bits, spread_t *s
     return 0;
 }
 
-/* NAME(): whether the CPU has FEATURE, asked once. */
-#define CPU_HAS(NAME, FEATURE) \
-static int NAME##_known = -1; \
-static int NAME(void) { \
-    if (NAME##_known < 0) { __builtin_cpu_init(); NAME##_known = __builtin_cpu_supports(FEATURE); } \
-    return NAME##_known; \
-}
 CPU_HAS(avx2_usable, "avx2")
 
 /* One range over all elements: dst (|)= ((src >> pos) & mask) << low, in

@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
+#include "common.h"  /* u16u, u32u: values stored at any alignment; CPU_HAS */
 /* xxHash (vendored, BSD 2-clause: xxhash/LICENSE), inlined: the checks that
  * decode_streams makes without the GIL, each stream's before it decodes and
  * each chunk's digest while its bytes are still in cache (format versions
@@ -39,13 +40,6 @@
 #define RANS_L (1u << 16)
 #define MIN_BLOCK_LOG 10  /* the block sizes a reader accepts: entropy.py */
 #define MAX_BLOCK_LOG 24
-
-/* A decoded value's place need not be aligned to its width (a tensor at an
- * odd offset of its file, as ONNX lays them out, decodes in place): every
- * store of a value goes through these, which the compiler may not assume
- * aligned. */
-typedef uint16_t __attribute__((aligned(1))) u16u;
-typedef uint32_t __attribute__((aligned(1))) u32u;
 
 typedef struct { Py_buffer v; int held; } buf_t;
 typedef struct { uint64_t m, x_max; uint32_t l; } recip_t;
@@ -238,11 +232,7 @@ static inline uint64_t load_bits(const uint8_t *base, uint64_t limit, uint64_t a
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_BMI2 1
 #define BMI2 __attribute__((target("bmi2")))
-static int bmi2_known = -1;
-static int cpu_has_bmi2(void) {
-    if (bmi2_known < 0) { __builtin_cpu_init(); bmi2_known = __builtin_cpu_supports("bmi2") ? 1 : 0; }
-    return bmi2_known;
-}
+CPU_HAS(cpu_has_bmi2, "bmi2")
 #endif
 typedef uint64_t (*bins_fn)(const fast_t *, uint32_t *, const uint8_t *, uint64_t, uint64_t, uint32_t *);
 typedef uint64_t (*offsets_fn)(const fast_t *, const uint32_t *, const uint8_t *, uint64_t, uint64_t, void *, int);
@@ -568,7 +558,6 @@ static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_
  * returns 1 where one ended past `wlimit` or `olimit` (a damaged stream). */
 #define WIDE_READS 160  /* bytes a group may read past where it starts (32-bit values: 128 + 8 of offsets), rounded up */
 static int32_t wide_perm[256][8];  /* lane k of mask m takes word popcount(m & ((1 << k) - 1)) */
-static int wide_simd = -1;  /* whether the AVX2 kernel runs: -1 not yet known */
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -690,16 +679,17 @@ WIDE_SCALAR(wide_scalar16, u16u, v >> 16, v & 0xffff)
 WIDE_SCALAR(wide_scalar32, u32u, wtab[slot], v & vmask)
 #undef WIDE_SCALAR
 
-static int wide_simd_usable(void) {
-    if (wide_simd < 0) {
-        int ok = 0;
 #ifdef HAVE_WIDE_AVX2
-        __builtin_cpu_init();
-        ok = __builtin_cpu_supports("avx2");
+CPU_HAS(cpu_has_avx2, "avx2")
 #endif
-        wide_simd = ok;
-    }
-    return wide_simd;
+
+/* Whether the AVX2 kernels run here. */
+static int wide_simd_usable(void) {
+#ifdef HAVE_WIDE_AVX2
+    return cpu_has_avx2();
+#else
+    return 0;
+#endif
 }
 
 /* A wide block (as decode_core, whose checks it makes): the AVX2 kernel
@@ -1673,50 +1663,36 @@ static PyObject *rans_decode_stream(PyObject *self, PyObject *args) {
     return NULL;
 }
 
-/* The low 32 bits of a stream's XXH3-64 (format.stream_check). */
-static uint32_t stream_check(const buf_t *b) {
-    return (uint32_t)XXH3_64bits(b->v.buf, (size_t)b->v.len);
+/* A stored stream's check (format.stream_check): the low 32 bits of its XXH3-64. */
+static uint32_t check_of(const void *data, size_t n) {
+    return (uint32_t)XXH3_64bits(data, n);
 }
 
-/* Whether n bytes hash to this XXH3-128 digest (its canonical, big-endian form:
- * xxhash.xxh3_128_digest's, format.chunk_digest's from version 7 on). */
-static int digest_matches(const void *data, size_t n, const uint8_t *digest) {
+/* A chunk's digest (format.chunk_digest from version 7 on): its XXH3-128,
+ * canonical (big-endian, as xxhash.xxh3_128_digest gives it). */
+static void digest_of(const void *data, size_t n, uint8_t digest[16]) {
     XXH128_canonical_t c;
     XXH128_canonicalFromHash(&c, XXH3_128bits(data, n));
-    return memcmp(c.digest, digest, 16) == 0;
+    memcpy(digest, c.digest, 16);
 }
 
-/* check(data) -> int: the low 32 bits of data's XXH3-64 (format.stream_check),
- * the GIL released for large data. */
-static PyObject *rans_check(PyObject *self, PyObject *args) {
+/* check(data) -> int, or with `digest` digest(data) -> 16 bytes, the GIL
+ * released on data of 64 KiB or more (below, handing it over costs more). */
+static PyObject *hashed(PyObject *args, int digest) {
     Py_buffer v;
     if (!PyArg_ParseTuple(args, "y*", &v)) return NULL;
-    uint32_t h;
-    if (v.len >= (1 << 16)) {
-        Py_BEGIN_ALLOW_THREADS
-        h = (uint32_t)XXH3_64bits(v.buf, (size_t)v.len);
-        Py_END_ALLOW_THREADS
-    } else h = (uint32_t)XXH3_64bits(v.buf, (size_t)v.len);
+    uint8_t d[16];
+    uint32_t h = 0;
+    PyThreadState *released = v.len >= (1 << 16) ? PyEval_SaveThread() : NULL;
+    if (digest) digest_of(v.buf, (size_t)v.len, d);
+    else h = check_of(v.buf, (size_t)v.len);
+    if (released) PyEval_RestoreThread(released);
     PyBuffer_Release(&v);
-    return PyLong_FromUnsignedLong(h);
+    return digest ? PyBytes_FromStringAndSize((const char *)d, 16) : PyLong_FromUnsignedLong(h);
 }
 
-/* digest(data) -> 16 bytes: XXH3-128 of data, canonical (big-endian), the
- * GIL released for large data. */
-static PyObject *rans_digest(PyObject *self, PyObject *args) {
-    Py_buffer v;
-    if (!PyArg_ParseTuple(args, "y*", &v)) return NULL;
-    XXH128_canonical_t c;
-    XXH128_hash_t h;
-    if (v.len >= (1 << 16)) {
-        Py_BEGIN_ALLOW_THREADS
-        h = XXH3_128bits(v.buf, (size_t)v.len);
-        Py_END_ALLOW_THREADS
-    } else h = XXH3_128bits(v.buf, (size_t)v.len);
-    PyBuffer_Release(&v);
-    XXH128_canonicalFromHash(&c, h);
-    return PyBytes_FromStringAndSize((const char *)c.digest, 16);
-}
+static PyObject *rans_check(PyObject *self, PyObject *args) { return hashed(args, 0); }
+static PyObject *rans_digest(PyObject *self, PyObject *args) { return hashed(args, 1); }
 
 /* decode_streams(items) -> None or (k, message, kind): decode_stream for
  * each (stream, n, width, bits, out[, check, digest]) of a list, the GIL
@@ -1758,15 +1734,19 @@ static PyObject *rans_decode_streams(PyObject *self, PyObject *args) {
     Py_ssize_t failed = -1;
     int kind = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t j = 0; j < count && !error; j++)
-        if (calls[j].check >= 0 && stream_check(&calls[j].b[0]) != (uint32_t)calls[j].check) {
+    for (Py_ssize_t j = 0; j < count && !error; j++) {
+        const Py_buffer *stream = &calls[j].b[0].v;
+        if (calls[j].check >= 0 && check_of(stream->buf, (size_t)stream->len) != (uint32_t)calls[j].check) {
             error = "stream does not match its check"; failed = j; kind = 1;
         }
+    }
     if (!error) error = decode_calls(calls, count, 1, &failed);
-    for (Py_ssize_t j = 0; j < count && !error; j++)
-        if (calls[j].has_digest && !digest_matches(calls[j].b[1].v.buf, (size_t)calls[j].b[1].v.len, calls[j].digest)) {
-            error = "decoded bytes do not match their digest"; failed = j; kind = 2;
-        }
+    for (Py_ssize_t j = 0; j < count && !error; j++) {
+        uint8_t got[16];
+        if (!calls[j].has_digest) continue;
+        digest_of(calls[j].b[1].v.buf, (size_t)calls[j].b[1].v.len, got);
+        if (memcmp(got, calls[j].digest, 16)) { error = "decoded bytes do not match their digest"; failed = j; kind = 2; }
+    }
     Py_END_ALLOW_THREADS
     if (error) result = Py_BuildValue("(nsi)", failed, error, kind);
     else { Py_INCREF(Py_None); result = Py_None; }
