@@ -16,8 +16,8 @@ import zstandard
 from ..dsl.entropy import batchable, decode_batch
 from ..dsl.interpreter import decode
 from ..errors import BrevisError, ChecksumError, FormatError, InvalidArgument, IOFailure, TruncatedError
-from .format import (BLAKE3_VERSION, FOOTER_SIZE, HEADER_SIZE, XXH3_DIGEST_VERSION, Footer, check_header, chunk_digester,
-                     index_digest, max_entries, stream_checker)
+from .format import (FOOTER_SIZE, HEADER_SIZE, Footer, check_header, chunk_digest, chunk_digester, index_digest, max_entries,
+                     stream_check, stream_checker)
 from .index import Chunk, Index, SegmentEntry
 from .schema import paused_gc
 
@@ -190,8 +190,9 @@ class ArchiveReader:
         out: list = []
         batch: list = []  # (position in out, segment, chunk, stream, target, into) awaiting decoding
         digest, check = self.chunk_digest, self.stream_check
-        checks_in_call = self.version >= BLAKE3_VERSION  # the check decode_streams makes: XXH3's low 32 bits
-        digests_in_call = self.version >= XXH3_DIGEST_VERSION
+        # decode_streams makes the checks of the archives Brevis writes (format
+        # version 3 on for streams, 7 on for chunks); older ones are made here.
+        checks_in_call, digests_in_call = check is stream_check, digest is chunk_digest
 
         def flush() -> None:
             if not batch:

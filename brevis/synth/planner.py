@@ -490,15 +490,15 @@ def _plain(root: Value, seg: SegmentInfo, scale: float) -> float:
     return _plain_best(root, seg, scale)[0]
 
 
-def _measured(seg: SegmentInfo, found: Program, stats: dict, lzma: bool = True,
-              lzma_margin: float = LZMA_MARGIN) -> Plan:
+def _measured(seg: SegmentInfo, found: Program, stats: dict, lzma: bool, lzma_margin: float) -> Plan:
     """A byte span's program by measurement on all of it (up to 1 MiB), or
     on two windows of up to 1 MiB (a chunk's worth), centred at a third and
     two thirds of a longer span and coded apart: the one the search found
     on the sample, a zstd level, or the bytes read as words; and, where
-    `lzma`, LZMA (_lzma_trial), where `lzma_margin` smaller. A sample shows a coder's order-0 statistics but not the
-    repeats a long window finds (strings, tables, copies of arrays, zero
-    runs), which decide between levels."""
+    `lzma`, LZMA (_lzma_trial) where it is `lzma_margin` smaller. A sample
+    shows a coder's order-0 statistics but not the repeats a long window
+    finds (strings, tables, copies of arrays, zero runs), which decide
+    between levels."""
     if seg.length <= WHOLE_TRIAL_BYTES:
         pieces = [np.frombuffer(seg.read(0, seg.length), dtype=np.uint8)]
     else:  # two windows apart, each coded on its own, as chunks are
@@ -524,8 +524,7 @@ def _measured(seg: SegmentInfo, found: Program, stats: dict, lzma: bool = True,
     return Plan(best, dict(stats, estimate=estimate), estimate)
 
 
-def lzma_wins(read: Callable[[int, int], bytes], pieces: list[tuple[int, int]],
-              margin: float = LZMA_MARGIN) -> bool:
+def lzma_wins(read: Callable[[int, int], bytes], pieces: list[tuple[int, int]], margin: float) -> bool:
     """Whether a byte span is better coded whole by LZMA (the best of its
     literal contexts), by `margin`, than cut into `pieces` ((offset, length) in
     the span, where its statistics change) each coded by the best fast coder: measured on
