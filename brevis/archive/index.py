@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from ..dsl.entropy import in_one_call
 from ..dsl.program import Program
 from ..dsl.types import BYTES, Field as ValueType, tensor
 from ..dtypes import DType
@@ -64,6 +65,12 @@ class SegmentEntry:
     @cached_property
     def itemsize(self) -> int:
         return self.dtype.itemsize if self.dtype else 1
+
+    @cached_property
+    def in_one_call(self) -> list[tuple[int, int] | None]:
+        """Per program: (width, bits) where its chunks decode in one batched
+        call straight into their place (entropy.in_one_call), else None."""
+        return [in_one_call(p, self.value_type, self.itemsize) for p in self.programs]
 
     @property
     def stored(self) -> int:

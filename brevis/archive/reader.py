@@ -111,6 +111,12 @@ class ArchiveReader:
         return index
 
     @property
+    def checks_in_call(self) -> bool:
+        """Whether decode_streams makes this archive's checks, its streams'
+        and its chunks' (format version 7 on: the checks Brevis writes)."""
+        return self.stream_check is stream_check and self.chunk_digest is chunk_digest
+
+    @property
     def in_memory(self) -> bool:
         return self.buffer is not None
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..archive.index import DIGEST_BYTES, pieces
 from ..archive.reader import ArchiveReader
+from ..dsl.entropy import decode_in_place
 from ..fs.atomic import io_failure
 from ..errors import BaseRequired, BrevisError, ChecksumError, FormatError, InvalidArgument
 from ..fs.sources import read_up_to
@@ -482,7 +483,13 @@ def _write_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list
     placed = decoder.placements(job.file)
     problems: list[tuple[str | None, str]] = []
     done = 0
+    in_place = buffer is not None and decoder.reader.checks_in_call
     for window, stored in _windows(decoder, job):
+        if in_place:
+            left, done_here = _decode_in_place(window, stored, placed, buffer, handle)
+            if left is not None:
+                done += done_here
+                window, stored = [window[k] for k in left], [stored[k] for k in left]
         work, where = [], []
         for (s, seg, chunk, start), streams in zip(window, stored):
             length = chunk.n * seg.itemsize
@@ -499,6 +506,30 @@ def _write_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list
             if problem is not None:
                 problems.append((seg.name, problem))
     return done, problems
+
+
+def _decode_in_place(window, stored, placed, buffer, handle) -> tuple[list[int] | None, int]:
+    """The chunks of a window that one `ans` or `raw` leaf codes (SegmentEntry.in_one_call),
+    each in one piece of its file, decoded straight into the sink's memory in one
+    call of the C decoder, which also makes their stream checks and digests:
+    the positions of the other chunks (to decode as usual) and the bytes done.
+    A chunk costs a tuple here, where the usual way costs a dozen calls; with
+    damage among them, (None, 0): the caller decodes the whole window as usual,
+    which names the first damaged chunk."""
+    calls, left, done = [], [], 0
+    for k, ((s, seg, chunk, start), streams) in enumerate(zip(window, stored)):
+        lane = seg.in_one_call[chunk.program]
+        place = placed[s]
+        if lane is None or len(place) != 1 or len(streams) != 1 or seg.base is not None:
+            left.append(k)
+            continue
+        length = chunk.n * seg.itemsize
+        calls.append((streams[0], chunk.n if lane[0] else length, lane[0], lane[1],
+                      buffer(handle, place[0][0] + start, length), chunk.streams[0][2], chunk.digest))
+        done += length
+    if calls and not decode_in_place(calls):
+        return None, 0
+    return left, done
 
 
 def _check_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list[tuple[str | None, str]]]:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import FormatError, ProgramError
+from .coders import Raw
 from .operator import Coder, register
 from .types import Field
 
@@ -453,6 +454,28 @@ def batchable(node, t: Field, out: np.ndarray | None) -> bool:
     # Any alignment: the C decoder stores values unaligned (an ONNX tensor at
     # an odd offset of its file decodes in its place, not beside it and copied).
     return out is None or (out.dtype == dtype and out.flags.c_contiguous and out.flags.writeable)
+
+
+def in_one_call(program, t: Field, itemsize: int) -> tuple[int, int] | None:
+    """(width, bits) where a chunk that `program` codes into values of type
+    t (`itemsize` bytes each) decodes straight into its place in a call of
+    decode_in_place, without the interpreter: one `ans` leaf that
+    batchable() accepts, or (0, 0) one `raw` leaf (its stream is the
+    bytes). Else None."""
+    if _rans is None or program.children or t.container.itemsize != itemsize:
+        return None
+    if isinstance(program.node, Raw):
+        return 0, 0
+    return (_width(t), t.bits) if batchable(program.node, t, None) else None
+
+
+def decode_in_place(calls: list[tuple]) -> bool:
+    """Each (stream, n, width, bits, out, check, digest) decoded into `out`
+    in one call that releases the GIL once (_rans.decode_streams; width
+    and bits from in_one_call, n bytes for a `raw` stream): whether every
+    one decoded and matched its stream check and digest. Its caller finds
+    and names the first that did not the usual way."""
+    return _rans.decode_streams(calls) is None
 
 
 def decode_batch(items: list[tuple[memoryview, int, Field, np.ndarray]], checks: list | None = None) -> None:

@@ -1591,12 +1591,13 @@ typedef struct { buf_t b[2]; Py_ssize_t n; int width, bits; long long check; int
 /* Check a call's n, width and bits (set in c) and take its buffers: 0, or
  * -1 with the exception set (the caller releases c->b either way). */
 static int take_call(PyObject *stream, PyObject *out, call_t *c) {
-    if ((c->width != 1 && c->width != 2 && c->width != 4) || c->bits < 1 || c->bits > 8 * c->width || c->n < 1) {
-        PyErr_SetString(PyExc_ValueError, "width must be 1, 2 or 4, bits in 1..8*width, n >= 1");
+    int raw = c->width == 0 && c->bits == 0;  /* bytes stored as they are (the `raw` leaf): n bytes */
+    if (c->n < 1 || (!raw && ((c->width != 1 && c->width != 2 && c->width != 4) || c->bits < 1 || c->bits > 8 * c->width))) {
+        PyErr_SetString(PyExc_ValueError, "width must be 1, 2 or 4 and bits in 1..8*width (both 0: raw), n >= 1");
         return -1;
     }
     if (take(stream, &c->b[0], 0, "stream") < 0 || take(out, &c->b[1], 1, "out") < 0) return -1;
-    if (c->b[1].v.len != c->n * c->width) {
+    if (c->b[1].v.len != c->n * (raw ? 1 : c->width)) {
         PyErr_SetString(PyExc_ValueError, "output has the wrong size");
         return -1;
     }
@@ -1615,7 +1616,7 @@ static const char *decode_calls(call_t *calls, Py_ssize_t count, int simd, Py_ss
         Py_ssize_t blocks = 0;
         for (Py_ssize_t j = 0; j < count && blocks < 3; j++) {
             const uint8_t *data = calls[j].b[0].v.buf;
-            if (!calls[j].b[0].v.len || data[0] & WIDE_FLAG) continue;
+            if (!calls[j].width || !calls[j].b[0].v.len || data[0] & WIDE_FLAG) continue;
             int block_log = data[0] & ~WIDE_FLAG;
             Py_ssize_t n = calls[j].n, size = block_log && block_log <= MAX_BLOCK_LOG ? (Py_ssize_t)1 << block_log : n;
             if (size > n) size = n;
@@ -1627,6 +1628,12 @@ static const char *decode_calls(call_t *calls, Py_ssize_t count, int simd, Py_ss
     *failed = -1;
     for (Py_ssize_t j = 0; j < count && !error; j++) {
         call_t *c = &calls[j];
+        if (!c->width) {  /* raw: the stream is the bytes */
+            if (c->b[0].v.len != c->n) error = "raw stream has the wrong length";
+            else memcpy(c->b[1].v.buf, c->b[0].v.buf, (size_t)c->n);
+            if (error) *failed = j;
+            continue;
+        }
         error = stream_decode(c->b[0].v.buf, c->b[0].v.len, c->n, c->width, c->bits, c->b[1].v.buf, simd,
                               engines ? multi : NULL, j);
         if (error) *failed = j;
@@ -1697,7 +1704,8 @@ static PyObject *rans_digest(PyObject *self, PyObject *args) { return hashed(arg
 /* decode_streams(items) -> None or (k, message, kind): decode_stream for
  * each (stream, n, width, bits, out[, check, digest]) of a list, the GIL
  * released once for all of them: threads decoding many small chunks
- * otherwise hand the GIL over at every one. `check` (an int, or -1): the
+ * otherwise hand the GIL over at every one. Width and bits 0: the stream
+ * holds the n bytes as they are (the `raw` leaf), copied into out. `check` (an int, or -1): the
  * stream's expected format.stream_check, compared before anything decodes;
  * `digest` (16 bytes, or None): the decoded bytes' expected XXH3-128,
  * compared once all have decoded. The first failure of the first kind met,

@@ -509,3 +509,33 @@ def test_a_batch_checks_its_streams_before_and_its_digests_after_decoding(monkey
     assert run(bad)[0][0::2] == (1, 2)
     with pytest.raises(ValueError):
         run([(c, b"short") for c, _ in checks])
+
+
+def test_a_batch_copies_raw_streams_among_coded_ones(monkeypatch):
+    """Width and bits 0: the stream is the n bytes (the `raw` leaf), copied
+    into place with the same checks; a raw stream of another length does
+    not decode (kind 0, by position), and a raw call with bits is refused."""
+    from xxhash import xxh3_64_intdigest, xxh3_128_digest
+
+    items = narrow_streams([12], [700, 3000], monkeypatch)
+    raw = np.random.default_rng(9).integers(0, 256, 37, dtype=np.uint8).tobytes()
+    calls = [(s, n, w, b) for s, n, w, b, _ in items]
+    calls.insert(1, (raw, len(raw), 0, 0))
+    want = [items[0][4].tobytes(), raw, items[1][4].tobytes()]
+    checks = [(xxh3_64_intdigest(s) & 0xFFFFFFFF, xxh3_128_digest(w)) for (s, *_), w in zip(calls, want)]
+
+    def run(calls, checks):
+        outs = [np.empty(len(w), np.uint8) for w in want]
+        return entropy._rans.decode_streams([(*c, o, *k) for c, o, k in zip(calls, outs, checks)]), outs
+
+    got, outs = run(calls, checks)
+    assert got is None and [o.tobytes() for o in outs] == want
+    bad = list(checks)
+    bad[1] = (bad[1][0], bytes(16))
+    assert run(calls, bad)[0][0::2] == (1, 2)
+    short = list(calls)
+    short[1] = (raw[:-1], len(raw), 0, 0)
+    got, _ = run(short, [(-1, None)] * 3)
+    assert got[0] == 1 and got[2] == 0 and "raw" in got[1]
+    with pytest.raises(ValueError, match="raw"):
+        run([calls[0], (raw, len(raw), 0, 8), calls[2]], [(-1, None)] * 3)

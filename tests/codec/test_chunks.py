@@ -1,0 +1,56 @@
+"""Decoding jobs (codec/chunks.py): the chunks that decode straight into
+their place in one call of the C decoder, among those that do not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import brevis
+from brevis.archive.reader import ArchiveReader
+from brevis.errors import ChecksumError
+from helpers import write_safetensors
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """A header (zstd: decoded as usual), then w1 and w2 (`ans`) around a bias
+    stored raw: the three decode in one call into their place."""
+    root = tmp_path_factory.mktemp("chunks")
+    rng = np.random.default_rng(4)
+    write_safetensors(root / "m.safetensors", {
+        "w1": ("F16", (65536,), (rng.standard_normal(65536) * 0.02).astype(np.float16).tobytes()),
+        "bias": ("F32", (8,), rng.standard_normal(8).astype(np.float32).tobytes()),
+        "w2": ("F16", (65536,), (rng.standard_normal(65536) * 0.03).astype(np.float16).tobytes()),
+    })
+    brevis.compress([root / "m.safetensors"], root / "m.brv")
+    return root
+
+
+def streams_of(archive) -> dict[str, tuple[int, str]]:
+    """Each segment's first stream offset and the lane of its first chunk (None: decoded as usual)."""
+    with ArchiveReader(archive) as reader:
+        return {seg.name: (seg.chunks[0].streams[0][0], seg.in_one_call[seg.chunks[0].program])
+                for seg in reader.index.files[0].segments}
+
+
+def test_the_in_place_lane_takes_ans_and_raw_leaves(mixed):
+    lanes = {name: lane for name, (_, lane) in streams_of(mixed / "m.brv").items()}
+    assert lanes == {"__header__": None, "w1": (2, 16), "bias": (0, 0), "w2": (2, 16)}
+    data = (mixed / "m.brv").read_bytes()
+    for threads in (1, 2):
+        assert bytes(brevis.unpack(data, threads=threads)["m.safetensors"]) == (mixed / "m.safetensors").read_bytes()
+
+
+@pytest.mark.parametrize("damaged, named", [(["w2"], "w2"), (["bias", "w2"], "bias"), (["__header__", "w2"], "__header__"),
+                                            (["__header__"], "__header__")])
+def test_the_first_damaged_chunk_is_named_in_or_out_of_the_lane(mixed, damaged, named):
+    """Damage in the lane's call sends the whole window the usual way, which
+    names the first damaged chunk in file order, in the lane or not."""
+    streams = streams_of(mixed / "m.brv")
+    data = bytearray((mixed / "m.brv").read_bytes())
+    for name in damaged:
+        data[streams[name][0] + 2] ^= 0x40
+    for threads in (1, 2):
+        with pytest.raises(ChecksumError, match=f"'{named}'"):
+            brevis.unpack(bytes(data), threads=threads)
