@@ -475,20 +475,25 @@ def _put(sink: Sink, handle, data, parts, length: int) -> str | None:
 
 
 def _write_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list[tuple[str | None, str]]]:
-    """A writer's job: each window of chunks read at once and decoded in
-    batches (decode_many), into the sink's memory where it offers it
-    (`buffer`), else put; raises at the first damage."""
+    """A writer's job: each window of chunks read at once, those one leaf
+    codes decoded in one call (_decode_in_one_call), the others in batches
+    (decode_many), into the sink's memory where it offers it (`buffer`),
+    else put; raises at the first damage."""
     sink = job.sink
     buffer = getattr(sink, "buffer", None)
     placed = decoder.placements(job.file)
     problems: list[tuple[str | None, str]] = []
     done = 0
-    in_place = buffer is not None and decoder.reader.checks_in_call
+    in_one_call = decoder.reader.checks_in_call
     for window, stored in _windows(decoder, job):
-        if in_place:
-            left, done_here = _decode_in_place(window, stored, placed, buffer, handle)
+        if in_one_call:
+            left, decoded = _decode_in_one_call(window, stored, placed, buffer, handle)
             if left is not None:
-                done += done_here
+                for k, offset, data in decoded:
+                    done += len(data)
+                    problem = sink.put(handle, data, offset) if buffer is None else None
+                    if problem is not None:
+                        problems.append((window[k][1].name, problem))
                 window, stored = [window[k] for k in left], [stored[k] for k in left]
         work, where = [], []
         for (s, seg, chunk, start), streams in zip(window, stored):
@@ -508,28 +513,39 @@ def _write_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list
     return done, problems
 
 
-def _decode_in_place(window, stored, placed, buffer, handle) -> tuple[list[int] | None, int]:
-    """The chunks of a window that one `ans` or `raw` leaf codes (SegmentEntry.in_one_call),
-    each in one piece of its file, decoded straight into the sink's memory in one
-    call of the C decoder, which also makes their stream checks and digests:
-    the positions of the other chunks (to decode as usual) and the bytes done.
-    A chunk costs a tuple here, where the usual way costs a dozen calls; with
-    damage among them, (None, 0): the caller decodes the whole window as usual,
-    which names the first damaged chunk."""
-    calls, left, done = [], [], 0
+def _decode_in_one_call(window, stored, placed, buffer, handle) -> tuple[list[int] | None, list]:
+    """The chunks of a window that one `ans` or `raw` leaf codes
+    (SegmentEntry.in_one_call), each in one piece of its file, decoded in
+    one call of the C decoder, which also makes their stream checks and
+    digests: into the sink's memory where it offers it (`buffer`), else
+    into one buffer for them all. Returns the positions of the other chunks
+    (to decode as usual) and (position, offset in the file, bytes) of each
+    decoded. A chunk costs a tuple here, where the usual way costs a dozen
+    calls. With damage among them, (None, []): the caller decodes the whole
+    window as usual, which names the first damaged chunk."""
+    taken, left = [], []
     for k, ((s, seg, chunk, start), streams) in enumerate(zip(window, stored)):
         lane = seg.in_one_call[chunk.program]
         place = placed[s]
         if lane is None or len(place) != 1 or len(streams) != 1 or seg.base is not None:
             left.append(k)
             continue
-        length = chunk.n * seg.itemsize
-        calls.append((streams[0], chunk.n if lane[0] else length, lane[0], lane[1],
-                      buffer(handle, place[0][0] + start, length), chunk.streams[0][2], chunk.digest))
-        done += length
-    if calls and not decode_in_place(calls):
-        return None, 0
-    return left, done
+        taken.append((k, lane, chunk, streams[0], place[0][0] + start, chunk.n * seg.itemsize))
+    if not taken:
+        return left, []
+    if buffer is None:
+        scratch, at = np.empty(sum(t[-1] for t in taken), np.uint8), 0
+    calls, decoded = [], []
+    for k, lane, chunk, stream, offset, length in taken:
+        if buffer is not None:
+            out = buffer(handle, offset, length)
+        else:
+            out, at = scratch[at:at + length], at + length
+        calls.append((stream, chunk.n if lane[0] else length, lane[0], lane[1], out, chunk.streams[0][2], chunk.digest))
+        decoded.append((k, offset, out))
+    if not decode_in_place(calls):
+        return None, []
+    return left, decoded
 
 
 def _check_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list[tuple[str | None, str]]]:

@@ -1,5 +1,6 @@
-"""Decoding jobs (codec/chunks.py): the chunks that decode straight into
-their place in one call of the C decoder, among those that do not."""
+"""Decoding jobs (codec/chunks.py): the chunks that decode in one call of
+the C decoder (into their place in memory, or beside it and then written),
+among those that do not."""
 
 from __future__ import annotations
 
@@ -38,19 +39,27 @@ def test_the_in_place_lane_takes_ans_and_raw_leaves(mixed):
     lanes = {name: lane for name, (_, lane) in streams_of(mixed / "m.brv").items()}
     assert lanes == {"__header__": None, "w1": (2, 16), "bias": (0, 0), "w2": (2, 16)}
     data = (mixed / "m.brv").read_bytes()
+    want = (mixed / "m.safetensors").read_bytes()
     for threads in (1, 2):
-        assert bytes(brevis.unpack(data, threads=threads)["m.safetensors"]) == (mixed / "m.safetensors").read_bytes()
+        assert bytes(brevis.unpack(data, threads=threads)["m.safetensors"]) == want
+        out = mixed / f"out{threads}"
+        brevis.decompress(mixed / "m.brv", out, threads=threads)  # into a file: decoded beside, then written
+        assert (out / "m.safetensors").read_bytes() == want
 
 
 @pytest.mark.parametrize("damaged, named", [(["w2"], "w2"), (["bias", "w2"], "bias"), (["__header__", "w2"], "__header__"),
                                             (["__header__"], "__header__")])
-def test_the_first_damaged_chunk_is_named_in_or_out_of_the_lane(mixed, damaged, named):
+def test_the_first_damaged_chunk_is_named_in_or_out_of_the_lane(mixed, damaged, named, tmp_path):
     """Damage in the lane's call sends the whole window the usual way, which
     names the first damaged chunk in file order, in the lane or not."""
     streams = streams_of(mixed / "m.brv")
     data = bytearray((mixed / "m.brv").read_bytes())
     for name in damaged:
         data[streams[name][0] + 2] ^= 0x40
+    (tmp_path / "d.brv").write_bytes(data)
     for threads in (1, 2):
         with pytest.raises(ChecksumError, match=f"'{named}'"):
             brevis.unpack(bytes(data), threads=threads)
+        with pytest.raises(ChecksumError, match=f"'{named}'"):
+            brevis.decompress(tmp_path / "d.brv", tmp_path / f"out{threads}", threads=threads)
+        assert not (tmp_path / f"out{threads}").exists()
