@@ -649,6 +649,8 @@ def run_jobs(decoder: ChunkDecoder, sink_of: Callable[[int], Sink], how: Executi
         except BrokenProcessPool:
             raise BrevisError("a decoding worker process died (killed, or out of memory)") from None
         return
-    with Pool(how.threads) as pool:
+    # The calling thread decodes too (`helps`): one thread fewer to start,
+    # and none left waiting.
+    with Pool(how.threads, caller_helps=True) as pool:
         yield from ordered_pairs(pool.executor, partial(run_job, decoder),
-                                 decode_jobs(index, sink_of, THREAD_JOB_BYTES, files), 2 * pool.threads)
+                                 decode_jobs(index, sink_of, THREAD_JOB_BYTES, files), 2 * pool.threads, helps=True)

@@ -36,11 +36,14 @@ def chunk_counts(elements: int, itemsize: int, chunk_bytes: int = CHUNK_BYTES, r
 
 
 class Pool:
-    """A thread pool, or inline execution for one thread (simpler to debug)."""
+    """A thread pool, or inline execution for one thread (simpler to debug).
+    `caller_helps`: the calling thread runs jobs too (ordered_pairs'
+    `helps`), so the pool has one thread fewer."""
 
-    def __init__(self, threads: int):
+    def __init__(self, threads: int, caller_helps: bool = False):
         self.threads = max(1, threads)
-        self.executor = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
+        workers = self.threads - 1 if caller_helps else self.threads
+        self.executor = ThreadPoolExecutor(workers) if self.threads > 1 else None
 
     def __enter__(self) -> "Pool":
         return self
@@ -78,11 +81,13 @@ def ordered_map(executor: Executor | None, fn: Callable[[T], R], items: Iterable
 
 def ordered_pairs(executor: Executor | None, fn: Callable[[A], R], items: Iterable[T], window: int,
                   arg: Callable[[T], A] | None = None,
-                  discard: Callable[[R], None] | None = None) -> Iterator[tuple[T, R]]:
+                  discard: Callable[[R], None] | None = None, helps: bool = False) -> Iterator[tuple[T, R]]:
     """(item, fn(arg(item))) in input order; only arg(item) goes to the
     executor (to another process, it is pickled), the item stays here.
     Leaving early, `discard` gets the result of every job that still
-    completes (to free what a result holds)."""
+    completes (to free what a result holds). `helps`: while the oldest job
+    is not done, the calling thread runs jobs still queued itself (a
+    thread of the caller's process, a worker of the pool)."""
     arg = arg or (lambda item: item)
     if executor is None:
         for item in items:
@@ -93,12 +98,12 @@ def ordered_pairs(executor: Executor | None, fn: Callable[[A], R], items: Iterab
         for item in items:
             pending.append((item, executor.submit(fn, arg(item))))
             if len(pending) >= window:
-                item, f = pending[0]
+                item, f = _oldest(pending, fn, arg) if helps else pending[0]
                 result = f.result()
                 pending.popleft()  # only now: interrupted while waiting, it is still discarded
                 yield item, result
         while pending:
-            item, f = pending[0]
+            item, f = _oldest(pending, fn, arg) if helps else pending[0]
             result = f.result()
             pending.popleft()
             yield item, result
@@ -106,3 +111,23 @@ def ordered_pairs(executor: Executor | None, fn: Callable[[A], R], items: Iterab
         for _, f in pending:
             if not f.cancel() and discard is not None:
                 f.add_done_callback(lambda f: None if f.cancelled() or f.exception() else discard(f.result()))
+
+
+def _oldest(pending: deque, fn: Callable, arg: Callable) -> tuple:
+    """The oldest pending (item, future), once done or running: until then,
+    the queued job nearest the front is taken back from the executor
+    (Future.cancel succeeds only on a job no worker has started) and run
+    here, its outcome kept in a finished future in its place."""
+    while not pending[0][1].done():
+        for k, (item, f) in enumerate(pending):
+            if f.cancel():
+                done: Future = Future()
+                try:
+                    done.set_result(fn(arg(item)))
+                except Exception as e:  # kept for its turn, as a worker's would be (Ctrl-C is not)
+                    done.set_exception(e)
+                pending[k] = (item, done)
+                break
+        else:
+            break  # every job is running: wait for the oldest
+    return pending[0]
