@@ -114,10 +114,11 @@ def ordered_pairs(executor: Executor | None, fn: Callable[[A], R], items: Iterab
 
 
 def _oldest(pending: deque, fn: Callable, arg: Callable) -> tuple:
-    """The oldest pending (item, future), once done or running: until then,
-    the queued job nearest the front is taken back from the executor
-    (Future.cancel succeeds only on a job no worker has started) and run
-    here, its outcome kept in a finished future in its place."""
+    """The oldest pending (item, future), returned once it is done or no
+    job is left queued. Until then the queued job nearest the front is
+    taken back from the executor (Future.cancel succeeds only on a job no
+    worker has started) and run here, its outcome kept in a finished
+    future in its place."""
     while not pending[0][1].done():
         for k, (item, f) in enumerate(pending):
             if f.cancel():
