@@ -11,57 +11,52 @@ import pytest
 from brevis.workers.pool import Pool, ordered_pairs
 
 
-def test_the_caller_runs_queued_jobs_while_the_oldest_runs():
-    """Job 0 waits for job 1 on the pool's only worker: only the caller,
-    running job 1 itself, lets it finish."""
-    released = threading.Event()
-    ran_by: dict[int, int] = {}
+def waiting_on(k: int, act):
+    """A job function: job 0 waits until job k has run, job k returns
+    act(k) (or raises), the others return their number. On a pool of one
+    worker busy with job 0, only the calling thread can run job k."""
+    ran = threading.Event()
 
-    def job(i: int) -> int:
-        ran_by[i] = threading.get_ident()
+    def job(i: int):
         if i == 0:
-            assert released.wait(10), "job 1 never ran"
-        if i == 1:
-            released.set()
-        return i * i
+            assert ran.wait(10), f"job {k} never ran"
+        if i == k:
+            ran.set()
+            return act(i)
+        return i
 
+    return job
+
+
+def run_all(job, count: int) -> list:
     with ThreadPoolExecutor(1) as executor:
-        got = list(ordered_pairs(executor, job, range(6), window=4, helps=True))
-    assert got == [(i, i * i) for i in range(6)]
-    assert ran_by[1] == threading.get_ident() != ran_by[0]
+        return [result for _, result in ordered_pairs(executor, job, range(count), window=4, helps=True)]
+
+
+def test_the_caller_runs_queued_jobs_while_the_oldest_runs():
+    caller = threading.get_ident()
+    assert run_all(waiting_on(1, lambda i: threading.get_ident() == caller), 6) == [0, True, 2, 3, 4, 5]
 
 
 def test_a_failure_in_a_job_the_caller_ran_comes_at_its_turn():
-    gate = threading.Event()
-
-    def job(i: int) -> int:
-        if i == 0:
-            gate.wait(10)
-        if i == 2:
-            gate.set()
-            raise ValueError("job 2")
-        return i
-
     seen = []
-    with ThreadPoolExecutor(1) as executor, pytest.raises(ValueError, match="job 2"):
-        for item, result in ordered_pairs(executor, job, range(5), window=4, helps=True):
-            seen.append(result)
+
+    def fail(i):
+        raise ValueError(f"job {i}")
+
+    with pytest.raises(ValueError, match="job 2"):
+        with ThreadPoolExecutor(1) as executor:
+            for _, result in ordered_pairs(executor, waiting_on(2, fail), range(5), window=4, helps=True):
+                seen.append(result)
     assert seen == [0, 1]
 
 
 def test_ctrl_c_in_a_job_the_caller_runs_is_not_kept_for_later():
-    gate = threading.Event()
+    def interrupt(i):
+        raise KeyboardInterrupt
 
-    def job(i: int) -> int:
-        if i == 0:
-            gate.wait(10)
-        if i == 1:
-            gate.set()
-            raise KeyboardInterrupt
-        return i
-
-    with ThreadPoolExecutor(1) as executor, pytest.raises(KeyboardInterrupt):
-        list(ordered_pairs(executor, job, range(4), window=4, helps=True))
+    with pytest.raises(KeyboardInterrupt):
+        run_all(waiting_on(1, interrupt), 4)
 
 
 def test_a_pool_the_caller_helps_has_a_thread_fewer():
