@@ -21,16 +21,40 @@
 
 #define TILE 32
 
-#define TRANSPOSE(T) { \
+/* dst's rows are filled left to right, one band of TILE rows after
+ * another (the other order left each dst line half written for a whole
+ * sweep: nomic's 1 MiB F16 chunks into a cold output, 0.59 -> 0.42 ms).
+ * Where dst's rows lie a multiple of 1 KiB apart they share a few cache
+ * sets, and writing a tile item by item into TILE of them evicted each
+ * other's lines: there the tile goes through a small buffer and is
+ * written one whole tile row at a time (F16 rows 6 KiB apart 1.25 -> 0.39
+ * ms a MiB; elsewhere the buffer's extra pass costs more than it saves). */
+#define TRANSPOSE_DIRECT(T) { \
     const T *s = src; T *d = dst; \
-    for (Py_ssize_t i0 = 0; i0 < rows; i0 += TILE) { \
-        Py_ssize_t i1 = i0 + TILE < rows ? i0 + TILE : rows; \
-        for (Py_ssize_t j0 = 0; j0 < cols; j0 += TILE) { \
-            Py_ssize_t j1 = j0 + TILE < cols ? j0 + TILE : cols; \
+    for (Py_ssize_t j0 = 0; j0 < cols; j0 += TILE) { \
+        Py_ssize_t j1 = j0 + TILE < cols ? j0 + TILE : cols; \
+        for (Py_ssize_t i0 = 0; i0 < rows; i0 += TILE) { \
+            Py_ssize_t i1 = i0 + TILE < rows ? i0 + TILE : rows; \
             for (Py_ssize_t i = i0; i < i1; i++) \
                 for (Py_ssize_t j = j0; j < j1; j++) d[j * rows + i] = s[i * cols + j]; \
         } \
     } \
+}
+#define TRANSPOSE_BUFFERED(T) { \
+    const T *s = src; T *d = dst; \
+    T tile[TILE][TILE]; \
+    for (Py_ssize_t j0 = 0; j0 < cols; j0 += TILE) { \
+        Py_ssize_t jn = j0 + TILE < cols ? TILE : cols - j0; \
+        for (Py_ssize_t i0 = 0; i0 < rows; i0 += TILE) { \
+            Py_ssize_t in = i0 + TILE < rows ? TILE : rows - i0; \
+            for (Py_ssize_t i = 0; i < in; i++) \
+                for (Py_ssize_t j = 0; j < jn; j++) tile[j][i] = s[(i0 + i) * cols + j0 + j]; \
+            for (Py_ssize_t j = 0; j < jn; j++) memcpy(d + (j0 + j) * rows + i0, tile[j], in * sizeof(T)); \
+        } \
+    } \
+}
+#define TRANSPOSE(T) { \
+    if ((rows * (Py_ssize_t)sizeof(T)) % 1024) TRANSPOSE_DIRECT(T) else TRANSPOSE_BUFFERED(T) \
 }
 
 /* transpose(src, rows, cols, itemsize, dst) -> None
