@@ -57,6 +57,16 @@
     if ((rows * (Py_ssize_t)sizeof(T)) % 1024) TRANSPOSE_DIRECT(T) else TRANSPOSE_BUFFERED(T) \
 }
 
+/* Two or three rows of two-byte items (astra's BF16 chunks: three): the
+ * output is their items woven together, written front to back; tiles of
+ * three rows cost a loop each (1 MiB into a cold output: three rows 0.21
+ * -> 0.13 ms, two 0.25 -> 0.16). */
+#define WEAVE_ROWS(T, R) { \
+    const T *s = src; T *d = dst; \
+    for (Py_ssize_t j = 0; j < cols; j++) \
+        for (int i = 0; i < (R); i++) d[j * (R) + i] = s[i * cols + j]; \
+}
+
 /* transpose(src, rows, cols, itemsize, dst) -> None
  * src holds rows x cols items of itemsize (1, 2, 4 or 8) bytes, row by row;
  * dst gets them column by column (cols x rows). */
@@ -83,6 +93,8 @@ static PyObject *layout_transpose(PyObject *self, PyObject *args) {
     void *dst = db.buf;
     Py_BEGIN_ALLOW_THREADS
     if (itemsize == 1) TRANSPOSE(uint8_t)
+    else if (itemsize == 2 && rows == 3) WEAVE_ROWS(u16u, 3)
+    else if (itemsize == 2 && rows == 2) WEAVE_ROWS(u16u, 2)
     else if (itemsize == 2) TRANSPOSE(u16u)
     else if (itemsize == 4) TRANSPOSE(u32u)
     else TRANSPOSE(u64u)

@@ -15,7 +15,8 @@ pytestmark = pytest.mark.skipif(delta._layout is None, reason="the C extension i
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
 @pytest.mark.parametrize("rows,cols", [(0, 5), (1, 1), (1, 40), (3, 7), (33, 65), (1000, 517),
-                                       (1024, 45), (1536, 70), (128, 3)])  # through the tile buffer too
+                                       (1024, 45), (1536, 70), (128, 3),  # through the tile buffer
+                                       (2, 77), (3, 1000)])  # two or three rows woven
 def test_tiled_transpose_is_numpys(dtype, rows, cols):
     x = np.random.default_rng(rows * cols).integers(0, 255, rows * cols).astype(dtype)
     assert np.array_equal(delta._transposed(x, rows, cols), x.reshape(rows, cols).T.reshape(-1))
