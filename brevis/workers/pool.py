@@ -85,9 +85,9 @@ def ordered_pairs(executor: Executor | None, fn: Callable[[A], R], items: Iterab
     """(item, fn(arg(item))) in input order; only arg(item) goes to the
     executor (to another process, it is pickled), the item stays here.
     Leaving early, `discard` gets the result of every job that still
-    completes (to free what a result holds). `helps`: while the oldest job
-    is not done, the calling thread runs jobs still queued itself (a
-    thread of the caller's process, a worker of the pool)."""
+    completes (to free what a result holds). `helps` (a thread pool): while
+    the oldest job is not done, the calling thread runs queued jobs itself
+    (_oldest) instead of only waiting."""
     arg = arg or (lambda item: item)
     if executor is None:
         for item in items:
