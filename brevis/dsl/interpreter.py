@@ -111,4 +111,3 @@ def _decode(program: Program, t: Field, n: int, streams, cursor: list[int], refe
     if out is not None:  # the root of a chunk: into the chunk's place
         return node.inverse_into(n, t, read, reference, out)
     return node.inverse_ref(n, t, read, reference)
-
