@@ -198,12 +198,12 @@ class ArchiveReader:
         digest, check = self.chunk_digest, self.stream_check
         # decode_streams makes the checks of the archives Brevis writes (format
         # version 3 on for streams, 7 on for chunks); older ones are made here.
-        checks_in_call, digests_in_call = check is stream_check, digest is chunk_digest
+        streams_in_call, digests_in_call = check is stream_check, digest is chunk_digest
 
         def flush() -> None:
             if not batch:
                 return
-            checks = [(chunk.streams[0][2] if checks_in_call else -1, chunk.digest if digests_in_call else None)
+            checks = [(chunk.streams[0][2] if streams_in_call else -1, chunk.digest if digests_in_call else None)
                       for _, _, chunk, _, _, _ in batch]
             try:
                 decode_batch([(stream, chunk.n, seg.value_type, target) for _, seg, chunk, stream, target, _ in batch],
@@ -232,7 +232,7 @@ class ArchiveReader:
                     and batchable(program.node, t, target)):
                 stream = self._stored(chunk.streams)[0] if stored is None else stored[0]
                 off, _, crc = chunk.streams[0]
-                if not checks_in_call and check(stream) != crc:
+                if not streams_in_call and check(stream) != crc:
                     raise ChecksumError(f"segment {seg.name!r}: stream 0 at offset {off} is damaged")
                 target = np.empty(chunk.n, t.container) if target is None else target
                 batch.append((len(out), seg, chunk, stream, target, into))
