@@ -76,7 +76,7 @@ def peak_bytes(program, t: Field) -> float:
     types = node.child_types(t)
     peak = stated_factor(type(node)) * width(t)
     for i, (child, ct) in enumerate(zip(program.children, types)):
-        peak = max(peak, held_while_reading(node, t, i, types) + share(node, t, i) * peak_bytes(child, ct))
+        peak = max(peak, held_while_reading(node, t, i, types) + share(node, t, i) * cached_peak(child, ct))
     return peak
 
 

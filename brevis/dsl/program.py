@@ -9,6 +9,7 @@ program writes are its leaves in depth-first order.
 
 from __future__ import annotations
 
+import marshal
 from dataclasses import dataclass, field
 
 from ..errors import ProgramError
@@ -86,9 +87,13 @@ class Program:
         return [self.node.id, self.node.config, [c.to_json() for c in self.children]]
 
     @staticmethod
-    def from_json(obj) -> "Program":
+    def from_json(obj, memo: dict | None = None) -> "Program":
+        """The program of a JSON value, checked for form (not for types:
+        check). `memo`: subtrees already read, by their JSON (an index's
+        programs share most of theirs: ppocr's 27 distinct programs are 311
+        nodes and 48 distinct subtrees), each read once per memo."""
         budget = [MAX_NODES]
-        return _from_json(obj, 0, budget)
+        return _from_json(obj, 0, budget, memo)
 
     # ------------------------------------------------------------- display
     def describe(self, t: Field | None = None) -> str:
@@ -112,7 +117,31 @@ class Program:
         return f"{self.node.describe()}[{', '.join(parts)}]" if parts else self.node.describe()
 
 
-def _from_json(obj, depth: int, budget: list[int]) -> Program:
+def _from_json(obj, depth: int, budget: list[int], memo: dict | None = None) -> Program:
+    if memo is not None:
+        # marshal (version 2: no back-references) is an exact, typed image
+        # of a JSON value. A subtree found again costs its nodes and its
+        # height against the limits, as reading it again would.
+        try:
+            key = marshal.dumps(obj, 2)
+        except ValueError:  # nested deeper than marshal goes: far past MAX_DEPTH
+            raise ProgramError(f"program deeper than {MAX_DEPTH}") from None
+        found = memo.get(key)
+        if found is None:
+            program = _read_node(obj, depth, budget, memo)
+            memo[key] = (program, program._count_nodes(MAX_NODES + 1), _height(program))
+            return program
+        program, nodes, height = found
+        budget[0] -= nodes
+        if budget[0] < 0:
+            raise ProgramError(f"program has more than {MAX_NODES} nodes")
+        if depth + height > MAX_DEPTH:
+            raise ProgramError(f"program deeper than {MAX_DEPTH}")
+        return program
+    return _read_node(obj, depth, budget, memo)
+
+
+def _read_node(obj, depth: int, budget: list[int], memo: dict | None) -> Program:
     budget[0] -= 1
     if budget[0] < 0:
         raise ProgramError(f"program has more than {MAX_NODES} nodes")
@@ -127,4 +156,9 @@ def _from_json(obj, depth: int, budget: list[int]) -> Program:
         return Program(node)
     if len(obj) != 3 or not isinstance(obj[2], list):
         raise ProgramError(f"operator {node.id} needs a list of children")
-    return Program(node, tuple(_from_json(c, depth + 1, budget) for c in obj[2]))
+    return Program(node, tuple(_from_json(c, depth + 1, budget, memo) for c in obj[2]))
+
+
+def _height(program: Program) -> int:
+    """Levels below the root (0 for a leaf)."""
+    return 1 + max(map(_height, program.children)) if program.children else 0

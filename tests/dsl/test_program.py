@@ -221,11 +221,17 @@ def chain(depth: int) -> list:
     return node
 
 
-def test_depth_limit():
-    ok = Program.from_json(chain(MAX_DEPTH))
+# Every limit holds read alone and read with a memo of subtrees (an index's
+# programs share one): a subtree found again counts as read again.
+MEMOS = pytest.mark.parametrize("memo", [None, {}], ids=["alone", "memo"])
+
+
+@MEMOS
+def test_depth_limit(memo):
+    ok = Program.from_json(chain(MAX_DEPTH), memo)
     assert ok.check(BYTES) == 1
     with pytest.raises(ProgramError, match="deep"):
-        Program.from_json(chain(MAX_DEPTH + 1))
+        Program.from_json(chain(MAX_DEPTH + 1), memo)
     # Built in code, the checker applies the same limit.
     deep = RAW
     for _ in range(MAX_DEPTH + 1):
@@ -234,9 +240,29 @@ def test_depth_limit():
         deep.check(BYTES)
 
 
-def test_very_deep_json_is_refused_without_recursion_error():
+@MEMOS
+def test_very_deep_json_is_refused_without_recursion_error(memo):
     with pytest.raises(ProgramError):
-        Program.from_json(chain(5000))
+        Program.from_json(chain(5000), memo)
+
+
+def test_a_memo_reads_a_shared_subtree_once_and_keeps_the_limits():
+    memo: dict = {}
+    planes = ["byte_planes", {}, [["raw", {}], ["raw", {}]]]
+    first = Program.from_json(["view", {"dtype": "U16"}, [planes]], memo)
+    second = Program.from_json(["view", {"dtype": "I16"}, [planes]], memo)
+    assert first.children[0] is second.children[0]  # one object, read once
+    assert first == Program.from_json(first.to_json()) and second == Program.from_json(second.to_json())
+    # Seen near the root, then where it goes past MAX_DEPTH.
+    shallow = chain(MAX_DEPTH - 1)
+    Program.from_json(shallow, memo)
+    with pytest.raises(ProgramError, match="deep"):
+        Program.from_json(["byte_planes", {}, [["byte_planes", {}, [shallow]]]], memo)
+    # Seen whole, then as one of many children past MAX_NODES.
+    hundred = ["byte_planes", {}, [["raw", {}]] * 100]  # 101 nodes, read alone (the form only, not types)
+    Program.from_json(hundred, memo)
+    with pytest.raises(ProgramError, match="nodes"):
+        Program.from_json(["bit_fields", {"groups": [[[0, 4]], [[4, 4]], [[8, 8]]]}, [hundred] * 3], memo)
 
 
 def wide(leaves_per_group: int, levels: int) -> Program:
@@ -249,15 +275,16 @@ def wide(leaves_per_group: int, levels: int) -> Program:
     return Program.op(BitFields(groups=[[[i, 1]] for i in range(64)]), *([down(levels)] * 64))
 
 
-def test_node_limit_from_json():
+@MEMOS
+def test_node_limit_from_json(memo):
     p = wide(1, 2)  # 1 + 64 * 3 = 193 nodes
     assert p.check(Field(64)) == 64
-    assert Program.from_json(p.to_json()) == p
+    assert Program.from_json(p.to_json(), memo) == p
     too_many = wide(1, 3)  # 1 + 64 * 4 = 257 nodes
     with pytest.raises(ProgramError, match="nodes"):
-        Program.from_json(too_many.to_json())
+        Program.from_json(too_many.to_json(), memo)
     with pytest.raises(ProgramError, match="nodes"):
-        Program.from_json(["byte_planes", {}, [["raw", {}]] * MAX_NODES])
+        Program.from_json(["byte_planes", {}, [["raw", {}]] * MAX_NODES], memo)
 
 
 def test_node_limit_in_the_checker():
