@@ -255,6 +255,9 @@ class ArchiveReader:
         read with one pread per run of streams that lie back to back in the
         archive (the usual case for a file's consecutive chunks), a run
         holding at most `most` bytes unless one stream is longer."""
+        if self.buffer is not None:  # in memory: a view of each stream (the index checked where they lie)
+            buffer = self.buffer
+            return [[buffer[off:off + n] for off, n, _ in c.streams] for c in chunks]
         out: list[list[memoryview]] = []
         run: list[Chunk] = []
         first = end = 0
