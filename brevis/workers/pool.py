@@ -47,6 +47,12 @@ class Threads(Executor):
     about 7 % of decoding a 6 MB checkpoint. Here the caller goes on (making
     jobs, running one) while its threads come up."""
 
+    # Threads of every pool alive in the process: threading.enumerate()
+    # does not list them, and worker processes start by fork only where no
+    # other thread runs (processes.process_context asks live_threads()).
+    _live = 0
+    _live_lock = _thread.allocate_lock()
+
     def __init__(self, workers: int):
         self.workers = workers
         self._queue: SimpleQueue = SimpleQueue()
@@ -56,7 +62,12 @@ class Threads(Executor):
             for _ in range(workers):
                 exited = _thread.allocate_lock()
                 exited.acquire()
-                _thread.start_new_thread(self._work, (exited,))
+                _count(1)
+                try:
+                    _thread.start_new_thread(self._work, (exited,))
+                except BaseException:
+                    _count(-1)
+                    raise
                 self._exited.append(exited)
         except BaseException:
             self.shutdown()
@@ -74,6 +85,7 @@ class Threads(Executor):
                         future.set_exception(e)
                 future = fn = args = kwargs = None
         finally:
+            _count(-1)
             exited.release()
 
     def submit(self, fn, /, *args, **kwargs) -> Future:
@@ -100,6 +112,16 @@ class Threads(Executor):
             for exited in self._exited:
                 with exited:
                     pass
+
+
+def _count(change: int) -> None:
+    with Threads._live_lock:
+        Threads._live += change
+
+
+def live_threads() -> int:
+    """How many threads of Threads pools are alive in this process."""
+    return Threads._live
 
 
 class Pool:

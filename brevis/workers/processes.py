@@ -28,15 +28,17 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 from .heap import keep_freed_memory
+from .pool import live_threads
 
 WATCH_THREAD = "brevis-parent-watch"
 
 
 def _foreign_threads() -> int:
     """Threads of this process other than the main one and a worker's own
-    watch thread (which only sleeps: forking beside it is safe)."""
+    watch thread (which only sleeps: forking beside it is safe), those of
+    the thread pools (pool.Threads, which threading does not list) included."""
     main = threading.main_thread()
-    return sum(1 for t in threading.enumerate() if t is not main and t.name != WATCH_THREAD)
+    return sum(1 for t in threading.enumerate() if t is not main and t.name != WATCH_THREAD) + live_threads()
 
 
 def process_context():

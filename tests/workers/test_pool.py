@@ -129,3 +129,19 @@ def test_threads_exit_after_shutdown_once_the_queued_calls_ran():
     pool.shutdown(wait=True)
     assert [f.result() for f in futures] == list(range(1, 21))
     assert all(not lock.locked() for lock in pool._exited)  # every thread left its loop
+
+
+def test_threads_are_counted_where_worker_processes_choose_fork():
+    """threading.enumerate() does not list a Threads pool's threads:
+    live_threads() does, so worker processes are not forked beside them."""
+    from brevis.workers.pool import live_threads
+    from brevis.workers.processes import process_context
+
+    before = live_threads()
+    pool = Threads(2)
+    try:
+        assert live_threads() == before + 2
+        assert process_context().get_start_method() == "spawn"
+    finally:
+        pool.shutdown(wait=True)
+    assert live_threads() == before
