@@ -255,9 +255,8 @@ class ArchiveReader:
         read with one pread per run of streams that lie back to back in the
         archive (the usual case for a file's consecutive chunks), a run
         holding at most `most` bytes unless one stream is longer."""
-        if self.buffer is not None:  # in memory: a view of each stream (the index checked where they lie)
-            buffer = self.buffer
-            return [[buffer[off:off + n] for off, n, _ in c.streams] for c in chunks]
+        if self.buffer is not None:  # in memory: views, nothing to read or group
+            return [self._stored(c.streams) for c in chunks]
         out: list[list[memoryview]] = []
         run: list[Chunk] = []
         first = end = 0
@@ -292,7 +291,11 @@ class ArchiveReader:
 
     def _stored(self, located: list[tuple[int, int, int]]) -> list[memoryview]:
         """The stored bytes of streams; those written back to back (the usual
-        case) with one read, which saves a system call and a buffer each."""
+        case) with one read, which saves a system call and a buffer each. Of
+        an archive in memory, a view of each (the index checked where they lie)."""
+        if self.buffer is not None:
+            buffer = self.buffer
+            return [buffer[off:off + length] for off, length, _ in located]
         if len(located) > 1 and all(a[0] + a[1] == b[0] for a, b in zip(located, located[1:])):
             first = located[0][0]
             whole = memoryview(self.read(first, located[-1][0] + located[-1][1] - first))
