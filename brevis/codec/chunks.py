@@ -484,9 +484,9 @@ def _write_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list
     placed = decoder.placements(job.file)
     problems: list[tuple[str | None, str]] = []
     done = 0
-    in_one_call = decoder.reader.checks_in_call
+    checks_in_call = decoder.reader.checks_in_call  # else the usual way makes the archive's older checks
     for window, stored in _windows(decoder, job):
-        if in_one_call:
+        if checks_in_call:
             left, decoded = _decode_in_one_call(window, stored, placed, buffer, handle)
             if left is not None:
                 for k, offset, data in decoded:
