@@ -12,8 +12,9 @@ asking twice decodes twice.
 
 Names. The tensors are the typed segments of every file (safetensors,
 PyTorch storages, GGUF plain tensors and metadata arrays, ONNX
-initializers); byte segments (headers, gaps, GGUF quantized blocks) are
-not. A tensor's key is its name where no other tensor of the archive has
+initializers), and the tensors a segment gathers (small ones of one
+dtype, coded together); byte segments (headers, gaps, GGUF quantized
+blocks) are not. A tensor's key is its name where no other tensor of the archive has
 it (the shards of a sharded checkpoint included); a name several tensors
 share makes each of their keys "path/in/archive::name", and a name that
 appears twice in one file gets "#1", "#2", ... after its later
@@ -51,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .archive.index import FileEntry, Index, SegmentEntry
+from .archive.index import FileEntry, Index, SegmentEntry, TensorRef
 from .archive.reader import ArchiveReader
 from .fs.atomic import io_failure, make_temp, publish
 from .dtypes import DType
@@ -91,12 +92,12 @@ def _ml_dtypes(required: bool | None):
 
 
 def name_tensors(index: Index):
-    """(key -> (file, segment) in archive order, other accepted name -> key,
+    """(key -> (file, tensor) in archive order, other accepted name -> key,
     shared bare name -> its keys), by the rule of the module doc."""
-    entries: dict[str, tuple[FileEntry, SegmentEntry]] = {}
+    entries: dict[str, tuple[FileEntry, TensorRef]] = {}
     aliases: dict[str, str] = {}
     ambiguous: dict[str, list[str]] = {}
-    tensors = [(f, s) for f in index.files for s in f.segments if s.dtype is not None]
+    tensors = [(f, t) for f in index.files for t in f.tensors()]
     counts = Counter(s.name for _, s in tensors)
     for f, s in tensors:
         key = base = s.name if counts[s.name] == 1 else f"{f.path}{QUALIFIER}{s.name}"
@@ -152,7 +153,7 @@ def _warn_bits(dtype: str) -> None:
                   BitsWarning, stacklevel=3)
 
 
-def _torch_tensor(out: np.ndarray, s: SegmentEntry, device: str = "cpu"):
+def _torch_tensor(out: np.ndarray, s: TensorRef, device: str = "cpu"):
     """A torch tensor on the decoded bytes themselves (torch.frombuffer: it
     shares `out`'s memory and keeps it alive)."""
     torch = _torch()
@@ -206,7 +207,6 @@ class Archive(Mapping):
             self._reader.close()
             raise
         self._entries, self._aliases, self._ambiguous = name_tensors(self.index)
-        self._keys = {id(s): key for key, (_, s) in self._entries.items()}
 
     # ------------------------------------------------------------ names
     def _resolve(self, name) -> str:
@@ -252,11 +252,14 @@ class Archive(Mapping):
         array.setflags(write=False)
         return array
 
-    def decode_bytes(self, name: str) -> tuple[SegmentEntry, np.ndarray]:
-        """A tensor's segment entry and its bytes, decoded into a new
-        (writable) uint8 array that nothing else refers to."""
-        f, s = self._entries[self._resolve(name)]
+    def decode_bytes(self, name: str) -> tuple[TensorRef, np.ndarray]:
+        """A tensor's entry and its bytes, decoded into a new (writable)
+        uint8 array that nothing else refers to."""
+        f, t = self._entries[self._resolve(name)]
         self._open_reader()
+        if t.gathered:
+            return t, self._gathered_bytes(t)
+        s = t.segment
         available = available_memory()
         if available is not None and s.length > available:
             raise InvalidArgument(f"tensor {name!r} is {s.length} bytes, more than the {available} bytes of memory "
@@ -274,7 +277,28 @@ class Archive(Mapping):
                 n = chunk.n * s.itemsize
                 self._decoder.decode(s, chunk, pos, out[pos:pos + n], stored)
                 pos += n
-        return s, out
+        return t, out
+
+    def _gathered_bytes(self, t: TensorRef) -> np.ndarray:
+        """The bytes of a tensor its segment gathers with others: the chunks
+        holding them decoded, and they cut out (a new writable array)."""
+        from .codec.chunks import READ_WINDOW
+
+        seg, start, end = t.segment, t.start, t.start + t.length
+        out = np.empty(t.length, np.uint8)
+        spans, at = [], 0  # (chunk, its offset in the segment) of those holding the tensor's bytes
+        for chunk in seg.chunks:
+            n = chunk.n * seg.itemsize
+            if at < end and at + n > start:
+                spans.append((chunk, at))
+            at += n
+        for w in range(0, len(spans), READ_WINDOW):
+            window = spans[w:w + READ_WINDOW]
+            for (chunk, at), stored in zip(window, self._reader.read_runs([c for c, _ in window])):
+                data = np.frombuffer(self._decoder.decode(seg, chunk, at, None, stored), np.uint8)
+                lo, hi = max(start, at), min(end, at + len(data))
+                out[lo - start:hi - start] = data[lo - at:hi - at]
+        return out
 
     def tensor(self, name: str, framework: str = "np", device: str = "cpu"):
         """One tensor as `framework` gives it: "np" (a writable numpy array;
@@ -319,19 +343,22 @@ class Archive(Mapping):
     def info(self, name: str) -> dict:
         """What the index says about one tensor; decodes nothing."""
         key = self._resolve(name)
-        f, s = self._entries[key]
-        return {"key": key, "name": s.name, "file": f.path, "dtype": s.dtype.name,
-                "numpy_dtype": str(self.numpy_dtype(s.dtype)), "shape": list(s.shape),
-                "original_bytes": s.length, "stored_bytes": s.stored, "chunks": len(s.chunks),
-                "programs": [p.describe(s.value_type) for p in s.programs]}
+        f, t = self._entries[key]
+        s = t.segment
+        return {"key": key, "name": t.name, "file": f.path, "dtype": t.dtype.name,
+                "numpy_dtype": str(self.numpy_dtype(t.dtype)), "shape": list(t.shape),
+                "original_bytes": t.length, "stored_bytes": t.stored, "chunks": len(s.chunks),
+                "programs": [p.describe(s.value_type) for p in s.programs],
+                "gathered_with": len(s.members) - 1 if t.gathered else 0}
 
     def files(self) -> list[dict]:
         """Every file of the archive with its tensors, from the index alone."""
+        tensors: dict[int, list[dict]] = {id(f): [] for f in self.index.files}
+        for key, (f, t) in self._entries.items():
+            tensors[id(f)].append({"key": key, "name": t.name, "dtype": t.dtype.name, "shape": list(t.shape),
+                                   "original_bytes": t.length, "stored_bytes": t.stored})
         return [{"path": f.path, "original_bytes": f.size, "format": f.format, "stored_bytes": f.stored,
-                 "tensors": [{"key": self._keys[id(s)], "name": s.name, "dtype": s.dtype.name,
-                              "shape": list(s.shape), "original_bytes": s.length, "stored_bytes": s.stored}
-                             for s in f.segments if s.dtype is not None]}
-                for f in self.index.files]
+                 "tensors": tensors[id(f)]} for f in self.index.files]
 
     # ------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -480,7 +507,7 @@ def ls(archive: str | os.PathLike) -> dict:
 
 
 # ------------------------------------------------------------ extract
-def _safetensors_header(chosen: list[tuple[str, SegmentEntry]]) -> bytes:
+def _safetensors_header(chosen: list[tuple[str, TensorRef]]) -> bytes:
     import json
     import struct
 
@@ -561,8 +588,10 @@ def extract(archive: str | os.PathLike, names, output: str | os.PathLike, *, for
             with os.fdopen(fd, "wb") as f, Pool(threads) as pool:
                 try:
                     f.write(header)
-                    work = [w for _, s in chosen for w in a._decoder.work_segment(s)]
-                    for data in pool.ordered_map(lambda w: a._decoder.decode(*w), work):
+                    # A tensor's chunks, or, where its segment gathers it with others, the tensor.
+                    work = [w for _, t in chosen for w in ([t] if t.gathered else a._decoder.work_segment(t.segment))]
+                    for data in pool.ordered_map(lambda w: a._gathered_bytes(w) if isinstance(w, TensorRef)
+                                                 else a._decoder.decode(*w), work):
                         f.write(memoryview(data))
                     f.flush()
                     os.fsync(f.fileno())

@@ -228,7 +228,8 @@ def inspect(archive: str | os.PathLike) -> dict:
     """Everything the index says, decoding nothing: archive, archive_bytes,
     original_bytes, file_count, tensor_count, base_required (made against a
     base model), created_by, dirs, and files, each with its segments (name,
-    dtype, shape, original_bytes, stored_bytes, chunks, programs, search);
+    dtype, shape, original_bytes, stored_bytes, chunks, programs, search;
+    members, [{name, shape}], for a segment of gathered tensors);
     series, for a checkpoint of a training run: its record and chain (the
     archives decoding it reads, keyframe first), chain_original_bytes and
     chain_archive_bytes (what reaching it costs), chain_error. A run's
@@ -252,12 +253,14 @@ def inspect(archive: str | os.PathLike) -> dict:
                     "programs": [{"program": p.describe(s.value_type), "chunks": n}
                                  for p, n in zip(s.programs, uses)],
                     "search": s.search,
+                    **({"members": [{"name": n, "shape": list(shape)} for n, shape in s.members]}
+                       if s.members is not None else {}),
                 })
             files.append({"path": f.path, "format": f.format, "original_bytes": f.size,
                           "stored_bytes": f.stored, "segments": segments})
         return {"archive": str(archive), "archive_bytes": reader.size,
                 "original_bytes": index.original_bytes, "file_count": len(files),
-                "tensor_count": sum(1 for f in index.files for s in f.segments if s.dtype is not None),
+                "tensor_count": sum(len(f.tensors()) for f in index.files),
                 "base_required": index.base is not None and index.series is None,
                 "created_by": index.created_by,
                 "dirs": index.dirs, "files": files,

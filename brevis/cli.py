@@ -736,6 +736,10 @@ def inspect(archive, quiet, as_json):
             shape = "x".join(map(str, s["shape"])) if s["shape"] is not None else ""
             click.echo(f"  {shown(s['name']) or '(bytes)'}  {s['dtype']}{'[' + shape + ']' if shape else ''}  "
                        f"{s['original_bytes']} -> {s['stored_bytes']}")
+            if "members" in s:
+                names = ", ".join(shown(m["name"]) for m in s["members"][:3])
+                click.echo(f"    gathers {_n(len(s['members']), 'tensor')}: {names}"
+                           + (", ..." if len(s["members"]) > 3 else ""))
             for p in s["programs"]:
                 click.echo(f"    {p['program']}" + (f"  ({_n(p['chunks'], 'chunk')})" if len(s["programs"]) > 1
                                                     else ""))

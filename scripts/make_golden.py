@@ -13,6 +13,7 @@ folder unless --force is given (only ever for a version not yet released).
     python scripts/make_golden.py --version v5     # the `lzma` leaf
     python scripts/make_golden.py --version v6     # the `view` operator
     python scripts/make_golden.py --version v7     # chunks checked with XXH3-128
+    python scripts/make_golden.py --version v8     # gathered tensors
     python scripts/make_golden.py --productions   # tests/golden/v1/productions/<id>.json
 
 The source folder is deterministic: a safetensors file with one tensor per
@@ -177,6 +178,37 @@ def build_source_view(root: Path) -> None:
     write_safetensors(root / "model.safetensors", {"layer.weight": ("BF16", [32, 64], bf16(w.ravel()).tobytes())},
                       {"format": "pt", "golden": "v6"})
     (root / "config.json").write_text(json.dumps({"hidden_size": 64, "torch_dtype": "bfloat16"}, indent=2) + "\n")
+    for d in EMPTY_DIRS:
+        (root / d).mkdir(parents=True, exist_ok=True)
+
+
+def build_source_members(root: Path) -> None:
+    """Version 8 (gathered tensors): a safetensors file whose small F32 and
+    BF16 tensors (biases, norms, scales, a scalar) are gathered, by dtype,
+    beside a weight too large to gather, an empty tensor and a norm
+    that a second file repeats (stored once, alone); a config.json and
+    the empty folders."""
+    rng = np.random.default_rng(20261205)
+    tensors: dict[str, tuple[str, list[int], bytes]] = {}
+    w = (rng.standard_normal((144, 64)) * 0.02).astype(np.float32)
+    tensors["embed.weight"] = ("BF16", [144, 64], bf16(w.ravel()).tobytes())
+    for i in range(6):
+        tensors[f"block{i}.bias"] = ("F32", [96], (rng.standard_normal(96) * 0.01).astype(np.float32).tobytes())
+        tensors[f"block{i}.norm.weight"] = ("F32", [64], (1 + rng.standard_normal(64) * 0.05).astype(np.float32)
+                                            .tobytes())
+        tensors[f"block{i}.scale"] = ("BF16", [8, 4], bf16((rng.standard_normal(32) * 0.1).astype(np.float32))
+                                      .tobytes())
+    tensors["scalar"] = ("F32", [], np.float32(0.5).tobytes())
+    tensors["empty"] = ("F32", [0], b"")
+    shared = (1 + rng.standard_normal(48) * 0.05).astype(np.float32).tobytes()
+    tensors["final.norm"] = ("F32", [48], shared)
+    write_safetensors(root / "model.safetensors", tensors, {"format": "pt", "golden": "v8"})
+    write_safetensors(root / "head.safetensors", {
+        "final.norm": ("F32", [48], shared),
+        "head.bias": ("F32", [10], (rng.standard_normal(10) * 0.01).astype(np.float32).tobytes()),
+        "head.scale": ("F32", [10], (rng.standard_normal(10) * 0.1).astype(np.float32).tobytes()),
+    }, {})
+    (root / "config.json").write_text(json.dumps({"blocks": 6, "hidden_size": 64}, indent=2) + "\n")
     for d in EMPTY_DIRS:
         (root / d).mkdir(parents=True, exist_ok=True)
 
@@ -658,7 +690,7 @@ def main() -> None:
     source = out / "source"
     source.mkdir(parents=True)
     number = int(args.version.lstrip("v") or 1)
-    (build_source_view if number >= 6 else build_source_lzma if number >= 5 else build_source_wide if number >= 4 else
+    (build_source_members if number >= 8 else build_source_view if number >= 6 else build_source_lzma if number >= 5 else build_source_wide if number >= 4 else
      build_source_gathered if number >= 3 else build_source)(source)
     # Small chunks, so that tensors span several; from v4 on 128 KiB, so that a
     # chunk holds a wide block (2**16 values or more).

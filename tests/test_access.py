@@ -211,7 +211,7 @@ class Recorder:
 
 def streams_of(archive: Path, file: str, name: str) -> list[tuple[int, int]]:
     with ArchiveReader(archive) as r:
-        seg = next(s for f in r.index.files if f.path == file for s in f.segments if s.name == name)
+        seg = next(t.segment for f in r.index.files if f.path == file for t in f.tensors() if t.name == name)
         return [(off, ln) for c in seg.chunks for off, ln, _ in c.streams]
 
 

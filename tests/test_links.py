@@ -61,13 +61,13 @@ def test_hub_cache_round_trips_with_links_counted_once(tmp_path):
 
 
 def test_archives_are_the_newest_format_version_with_or_without_links(tmp_path):
-    """Version 7 (as 3 on) holds links as version 2 did: a
+    """Version 8 (as 3 on) holds links as version 2 did: a
     reader of version 1 alone refuses it, dropping nothing."""
     repo = hub_cache(tmp_path)
     brevis.compress([repo], tmp_path / "links.brv")
     brevis.compress([repo / "blobs"], tmp_path / "plain.brv")
     version = lambda p: HEADER.unpack(p.read_bytes()[:HEADER_SIZE])[1]  # noqa: E731
-    assert version(tmp_path / "links.brv") == VERSION == 7
+    assert version(tmp_path / "links.brv") == VERSION == 8
     assert version(tmp_path / "plain.brv") == VERSION
     _, index = split((tmp_path / "plain.brv").read_bytes())
     assert "links" not in index  # archives without links keep the version 1 index

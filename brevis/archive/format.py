@@ -31,7 +31,7 @@ from ..errors import FormatError, TruncatedError, UnsupportedVersion
 
 MAGIC = b"\x89BRV\r\n\x1a\n"
 END_MAGIC = b"BRVINDEX"
-VERSION = 7  # the newest version this Brevis reads and writes
+VERSION = 8  # the newest version this Brevis reads and writes
 # Version 2 is version 1 with symbolic links in the index (`links`): written
 # only for an archive that holds links, so that a reader that knows version
 # 1 alone refuses it ("upgrade Brevis") rather than dropping its links.
@@ -48,11 +48,14 @@ VERSION = 7  # the newest version this Brevis reads and writes
 # version 6 whose chunks are checked with XXH3-128 instead of BLAKE3: the
 # decoder checks a chunk's digest in the same call, without the GIL, that
 # decodes it, while its bytes are in cache (BLAKE3 was 19 % of decoding
-# pocketnet on one thread, XXH3-128 there 4 %). Every archive is written
-# as version 7; a reader of versions 1 to 6 refuses it ("upgrade Brevis")
-# rather than failing on a digest it does not know.
+# pocketnet on one thread, XXH3-128 there 4 %). Version 8 is version 7
+# whose gathered segments may hold tensors (`members`: small tensors of one
+# dtype coded as one segment, see formats/gather.py). Every archive is
+# written as version 8; a reader of versions 1 to 7 refuses it ("upgrade
+# Brevis") rather than calling its gathered tensors malformed.
 BLAKE3_VERSION = GATHER_VERSION = 3
 XXH3_DIGEST_VERSION = 7
+MEMBERS_VERSION = 8  # gathered tensors
 HEADER_DIGEST_VERSION = 5  # the footer's digest covers the header too
 DIGEST_BYTES = 16  # of a chunk's digest
 

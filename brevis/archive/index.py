@@ -23,10 +23,10 @@ from ..dsl.program import Program
 from ..dsl.types import BYTES, Field as ValueType, tensor
 from ..dtypes import DType
 from .format import MAX_CHUNK_BYTES
-from .schema import (DIGEST_BYTES, Check, DTypeName, Field, Hex, Int, Let, List, Obj, Path, Programs, Ranges, Record,
+from .schema import (DIGEST_BYTES, Check, DTypeName, Field, Hex, Int, Let, List, Members, Obj, Path, Programs, Ranges, Record,
                      Run, SearchKind, Shape, Str, check_path, dumper, is_hex, is_int, parser, paused_gc, placements)
 
-__all__ = ["DIGEST_BYTES", "Chunk", "SegmentEntry", "FileEntry", "LinkEntry", "Index", "SearchKind", "check_path", "is_int",
+__all__ = ["DIGEST_BYTES", "Chunk", "SegmentEntry", "FileEntry", "TensorRef", "LinkEntry", "Index", "SearchKind", "check_path", "is_int",
            "is_hex", "INDEX", "pieces"]
 
 
@@ -55,6 +55,9 @@ class SegmentEntry:
     # A gathered segment: the byte spans of its file it holds, (offset,
     # length) in file order, one after another (None: one span, in order).
     ranges: tuple[tuple[int, int], ...] | None = None
+    # Gathered tensors (a typed gathered segment): each span's tensor, (name,
+    # shape), in the order of `ranges` (None: not gathered tensors).
+    members: tuple[tuple[str, tuple[int, ...]], ...] | None = None
 
     # Kept once read: decoding asks for both at every chunk (a segment's dtype
     # never changes; dataclasses.replace makes a new entry).
@@ -93,6 +96,47 @@ class FileEntry:
     def placements(self) -> list[tuple[tuple[int, int], ...]]:
         """Where each segment's bytes lie in the file: (offset, length) pieces."""
         return placements(self.segments, self.size)
+
+    def tensors(self) -> list["TensorRef"]:
+        """The file's tensors in file order: its typed segments, and the
+        members of its gathered tensors."""
+        out = []
+        for seg, placed in zip(self.segments, self.placements()):
+            if seg.dtype is None:
+                continue
+            if seg.members is None:
+                out.append(TensorRef(seg.name, seg.dtype, seg.shape, seg.length, seg, 0, placed[0][0]))
+                continue
+            start = 0
+            for (name, shape), (offset, length) in zip(seg.members, seg.ranges):
+                out.append(TensorRef(name, seg.dtype, shape, length, seg, start, offset))
+                start += length
+        out.sort(key=lambda t: t.offset)  # stable: an empty tensor stays before the one at its offset
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class TensorRef:
+    """A tensor of an archived file: a typed segment, or one of the tensors
+    a segment gathers (its bytes: [start, start + length) of the segment's)."""
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    length: int
+    segment: SegmentEntry
+    start: int  # in the segment's bytes
+    offset: int  # in the file
+
+    @property
+    def gathered(self) -> bool:
+        return self.segment.members is not None
+
+    @property
+    def stored(self) -> int:
+        """Stored bytes: its segment's, or, gathered, its share of them by length."""
+        seg = self.segment
+        return seg.stored if not self.gathered else seg.stored * self.length // max(1, seg.length)
 
 
 def pieces(placed: tuple[tuple[int, int], ...], start: int, length: int) -> list[tuple[int, int, int]]:
@@ -220,9 +264,17 @@ SEGMENT = Record("segment", SegmentEntry, where='f"{file_path}: segment {segment
     Field("ranges", "ranges", Ranges(), default="None", null=True, omit=True,
           doc="a gathered segment (see Gathered byte spans): the byte spans of the file it holds, in file order; "
               "absent: the segment is one span, placed in order"),
-    Check("segment_ranges is None or (segment_dtype is None and len(segment_ranges) > 0"
-          " and sum(r[1] for r in segment_ranges) == segment_length)",
-          "gathered ranges do not add up to the segment, or hold a tensor"),
+    Check("segment_ranges is None or (len(segment_ranges) > 0 and sum(r[1] for r in segment_ranges) == segment_length)",
+          "gathered ranges do not add up to the segment"),
+    Check("segment_ranges is None or segment_base is None", "a gathered segment is coded against a base tensor"),
+    Field("members", "members", Members(), default="None", null=True, omit=True,
+          doc="gathered tensors (format version 8 on; see Gathered tensors): each range's tensor, [name, shape], "
+              "in the order of `ranges`; absent: the segment is not gathered tensors"),
+    Check("(segment_members is not None) == (segment_ranges is not None and segment_dtype is not None)",
+          "gathered tensors must name their tensors, and only they"),
+    Check("segment_members is None or (len(segment_members) == len(segment_ranges) and all("
+          "prod(m[1]) * segment_itemsize == r[1] for m, r in zip(segment_members, segment_ranges)))",
+          "gathered tensors do not match their ranges"),
 ])
 
 # What a file system's timestamp can hold (a 64-bit count of nanoseconds,

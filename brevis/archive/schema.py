@@ -215,6 +215,20 @@ class Ranges(Kind):
         return f"[list(r) for r in {x}]"
 
 
+class Members(Kind):
+    doc = f"list of [name, shape] pairs: a string, a list of at most {MAX_DIMS} non-negative integers"
+
+    def parse(self, g, v, bad, name):
+        g.fail_unless(f"type({v}) is list and all(type(m) is list and len(m) == 2 and type(m[0]) is str"
+                      f" and type(m[1]) is list and len(m[1]) <= {MAX_DIMS}"
+                      f" and all(type(d) is int and d >= 0 for d in m[1]) for m in {v})",
+                      g.about("malformed members"))
+        return f"tuple((m[0], tuple(m[1])) for m in {v})"
+
+    def dump(self, x):
+        return f"[[m[0], list(m[1])] for m in {x}]"
+
+
 class Programs(Kind):
     """The segment's programs, each checked against value type `t` (an
     expression); also makes NAME_streams, the streams each one reads,

@@ -152,7 +152,8 @@ class Assembler:
 
     def _enter_segment(self, ps: PlannedSegment) -> None:
         seg = ps.segment
-        self._entry = SegmentEntry(seg.name, seg.dtype, seg.shape, seg.length, search=ps.plan.stats, ranges=seg.ranges)
+        self._entry = SegmentEntry(seg.name, seg.dtype, seg.shape, seg.length, search=ps.plan.stats, ranges=seg.ranges,
+                                   members=seg.members)
         self._file_entry.segments.append(self._entry)
         self._segment, self._next_chunk = ps, 0
         self._next_segment += 1

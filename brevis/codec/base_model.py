@@ -33,7 +33,8 @@ def is_tensor(seg) -> bool:
 
 
 def tensor_keys(segments) -> dict[int, str]:
-    """The name each tensor of a file is matched by (id(segment) -> key):
+    """The name each tensor of a file is matched by (id(segment) -> key;
+    `segments`: its segments, or its tensors, in file order):
     its own where no other tensor of the file has it, else NAME#K, the
     K-th (from 0) of that name in file order (an optimizer's state holds
     one `exp_avg` per parameter)."""
@@ -186,10 +187,15 @@ def _archive_base(path: Path, chain: tuple = ()) -> Base:
         raise
     cache = _ChunkCache(decoder)
     tensors = []
+    readers: dict[int, _ChunkedReader] = {}  # id(segment) -> its reader, shared by the tensors it gathers
     for f in reader.index.files:
-        for seg, key, own_name in keyed_tensors(f.segments):
-            tensors.append(BaseTensor(f.path, key, seg.dtype, seg.shape, seg.length, _ChunkedReader(cache, seg),
-                                      own_name=own_name))
+        for t, key, own_name in keyed_tensors(f.tensors()):
+            read = readers.get(id(t.segment))
+            if read is None:
+                read = readers[id(t.segment)] = _ChunkedReader(cache, t.segment)
+            if t.start:
+                read = (lambda offset, n, read=read, at=t.start: read(at + offset, n))
+            tensors.append(BaseTensor(f.path, key, t.dtype, t.shape, t.length, read, own_name=own_name))
     return Base(tensors, str(path), reader.close, reader.index.series)
 
 

@@ -44,7 +44,7 @@ from ..defaults import DEFAULT_EFFORT
 from ..synth.planner import Planner
 from ..synth.prior import Prior
 # compress() calls scan, discover and _learn through this module (tests and benchmarks/phases.py wrap them here).
-from .plan import ChunkRef, _learn, discover, lay_out, plan_segments, scan  # noqa: F401
+from .plan import ChunkRef, _learn, discover, gather_small_tensors, lay_out, plan_segments, scan  # noqa: F401
 
 
 def learn(sources, *, effort: int = DEFAULT_EFFORT, threads: int = 1, chunk_bytes: int = CHUNK_BYTES,
@@ -60,6 +60,7 @@ def learn(sources, *, effort: int = DEFAULT_EFFORT, threads: int = 1, chunk_byte
         with Pool(threads) as pool:
             scanned = list(pool.ordered_map(scan, files))
             discover(scanned, planner.effort.lzma_margin)
+            gather_small_tensors(scanned, base_model)
             return _learn(planner, scanned, pool, chunk_bytes, base_model)
     finally:
         if base_model is not None:
@@ -140,6 +141,7 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
                 batch = (batch_bytes, WORKER_BATCH_CHUNKS)
             scanned = list(pool.ordered_map(scan, files))
             discover(scanned, planner.effort.lzma_margin)
+            gather_small_tensors(scanned, base_model)
             learn_time = time.perf_counter()
             if prior is None and planner.effort.learn_tensors:
                 _learn(planner, scanned, pool, chunk_bytes, base_model, executor)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections import Counter
 import os
 import stat
 from concurrent.futures import Executor
@@ -34,7 +35,7 @@ from ..dsl.types import BYTES, Field, tensor
 from ..errors import InvalidArgument, IOFailure
 from ..archive.index import pieces
 from ..formats import Segment, discovery, layout, repeats
-from ..formats.gather import gather, gatherable
+from ..formats.gather import gather, gatherable, gather_tensors, gatherable_tensor
 from ..fs.sources import Source, check_identity, read_exactly
 from ..synth.planner import LZMA_CHUNK_BYTES, LZMA_MARGIN, TINY, Plan, Planner, SegmentInfo, lzma_wins
 from ..synth.prior import Prior
@@ -174,6 +175,31 @@ def discover(scanned: list[ScannedFile], lzma_margin: float = LZMA_MARGIN) -> No
         small = [s for s in segments if gatherable(s) and s.length > TINY]
         labels = {id(s): k for s, k in zip(small, discovery.kinds(small, _read_once(f)))}
         f.segments = gather(segments, lambda s: labels.get(id(s), -1))  # -1: the short ones, together
+
+
+def gather_small_tensors(scanned: list[ScannedFile], base: Base | None = None) -> None:
+    """Each file's small tensors gathered with those of their dtype that
+    read alike (formats/gather.py), but for those whose bytes another
+    tensor of the checkpoint repeats (their chunks are stored once, alone),
+    and unless a base is given: a tensor coded against its base tensor
+    costs next to nothing where a fine-tune left it as it was, and base
+    tensors are matched one by one."""
+    if base is not None:
+        return
+    values: dict[int, bytes] = {}  # id(segment) -> its bytes, for every small tensor
+    for f in scanned:
+        small = [s for s in f.segments if gatherable_tensor(s)]
+        if small:
+            f.open()  # checks it is the file scanned
+            try:
+                values.update((id(s), f.read(s.offset, s.length)) for s in small)
+            finally:
+                f.close()
+    seen = Counter(values.values())
+    for f in scanned:
+        alone = {id(s): values[id(s)] for s in f.segments if id(s) in values and seen[values[id(s)]] == 1}
+        if len(alone) > 1:
+            f.segments = gather_tensors(f.segments, alone)
 
 
 def _cut(piece: Segment, read, blocks: bool, changed: list[Segment] | None = None) -> list[Segment]:

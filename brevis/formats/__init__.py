@@ -29,9 +29,12 @@ class Segment:
     # For a byte segment of fixed-size records (GGUF quantized blocks): the
     # [count, width] of each field, as the `records` operator takes them.
     records: tuple[tuple[int, int], ...] | None = None
-    # For a gathered byte segment (formats/gather.py): the (offset, length)
+    # For a gathered segment (formats/gather.py): the (offset, length)
     # spans of the file it holds, one after another; `offset` is the first's.
     ranges: tuple[tuple[int, int], ...] | None = None
+    # For gathered tensors (a typed gathered segment): each span's tensor,
+    # (name, shape), in the order of `ranges`.
+    members: tuple[tuple[str, tuple[int, ...]], ...] | None = None
     # A repeated region's number (formats/repeats.py): byte segments with
     # one number hold the same bytes, so they share one plan.
     region: int | None = None

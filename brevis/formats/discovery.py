@@ -186,17 +186,20 @@ def kinds(pieces: list[Segment], read) -> list[int]:
     less than KIND_GAIN_BITS (about what a segment of its own costs: an
     index entry and a coder's model), else starts a kind. Lanes count
     from each piece's start (a piece starts on its words' phase)."""
-    sums: list[np.ndarray] = []
+    sums = np.zeros((0, KEYS), np.int64)  # a row per kind, and its bits:
+    bits = np.zeros(0)
     labels = []
     for p in pieces:
         h = np.bincount(_keys(np.frombuffer(read(p.offset, p.length), np.uint8), 0), minlength=KEYS)
-        grown = [_bits(s + h) - _bits(s) - _bits(h) for s in sums]
-        k = int(np.argmin(grown)) if grown else -1
+        own = _bits(h)
+        grown = _bits(sums + h) - bits - own  # every kind at once: thousands of small tensors
+        k = int(np.argmin(grown)) if len(grown) else -1
         if k < 0 or grown[k] >= KIND_GAIN_BITS:
-            sums.append(h.astype(np.int64))
+            sums, bits = np.vstack([sums, h]), np.append(bits, own)
             k = len(sums) - 1
         else:
             sums[k] += h
+            bits[k] = _bits(sums[k])
         labels.append(k)
     return labels
 

@@ -150,7 +150,8 @@ def many_small(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("batch")
     rng = np.random.default_rng(11)
     src = root / "m.safetensors"
-    write_safetensors(src, {f"t{i}": ("F32", (3000,), (rng.standard_normal(3000) * 0.05).astype(np.float32).tobytes())
+    # 5,000 values (20 KB): more than formats/gather.py gathers with others.
+    write_safetensors(src, {f"t{i}": ("F32", (5000,), (rng.standard_normal(5000) * 0.05).astype(np.float32).tobytes())
                             for i in range(40)})
     archive = root / "m.brv"
     brevis.compress([src], archive, threads=1)

@@ -1,6 +1,9 @@
-"""Gathered byte spans (formats/gather.py): the small spans between a file's
-tensors coded as one segment, put back where they lie on every path that
-rebuilds a file, and an index whose ranges do not tile its file refused."""
+"""Gathered byte spans and tensors (formats/gather.py): the small spans
+between a file's tensors, and its small tensors of one dtype that read
+alike, coded as one segment, put back where they lie on every path that
+rebuilds a file, the tensors still tensors for every reader of them, and
+an index whose ranges do not tile its file, or do not match its
+tensors, refused."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import brevis
@@ -18,8 +22,9 @@ from brevis.archive.index import Index, pieces
 from brevis.archive.reader import ArchiveReader
 from brevis.errors import FormatError, UnsupportedVersion
 from brevis.formats import Segment
-from brevis.formats.gather import GATHER_BYTES, GATHER_SPAN, gather
+from brevis.formats.gather import GATHER_BYTES, GATHER_SPAN, GATHER_TENSOR, TENSORS, gather, gather_tensors
 from brevis.dtypes import DTYPES
+from helpers import write_safetensors
 
 ROOT = Path(__file__).resolve().parents[2]
 TAESD = ROOT / "examples" / "taesd" / "taef2_decoder.pth"
@@ -34,6 +39,30 @@ def test_small_spans_are_gathered_in_file_order_and_the_rest_kept():
     (g,) = out[2:]
     assert g.dtype is None and g.length == 22 and g.ranges == ((0, 10), (410, 7), (417 + GATHER_SPAN + 1, 5))
     assert gather(segments[:2]) == segments[:2]  # one span: nothing to gather
+
+
+def test_small_tensors_are_gathered_by_dtype_in_file_order_and_the_rest_kept():
+    f32, f16 = DTYPES["F32"], DTYPES["F16"]
+    rng = np.random.default_rng(5)
+    segments = [Segment(0, 8, "__header__"), Segment(8, 400, "a.bias", f32, (100,)),
+                Segment(408, GATHER_TENSOR + 4, "big", f32, ((GATHER_TENSOR + 4) // 4,)),
+                Segment(408 + GATHER_TENSOR + 4, 64, "b.weight", f16, (4, 8)),
+                Segment(472 + GATHER_TENSOR + 4, 80, "c.bias", f32, (20,)),
+                Segment(552 + GATHER_TENSOR + 4, 32, "d.weight", f16, (16,)),
+                Segment(584 + GATHER_TENSOR + 4, 12, "e.alone", f32, (3,))]
+    values = {id(s): (rng.standard_normal(s.length // 4) * 0.02).astype(np.float32).tobytes()
+              if s.dtype is f32 else (rng.standard_normal(s.length // 2) * 0.02).astype(np.float16).tobytes()
+              for s in segments if s.dtype and s.length <= GATHER_TENSOR and s.name != "e.alone"}
+    out = gather_tensors(segments, values)
+    assert out[:3] == [segments[0], segments[2], segments[6]]  # the big one and the one left alone stay
+    by_dtype = {s.dtype.name: s for s in out[3:]}
+    assert set(by_dtype) == {"F32", "F16"} and len(out) == 5
+    f = by_dtype["F32"]
+    assert f.name == TENSORS and f.shape == (120,) and f.length == 480
+    assert f.ranges == ((8, 400), (472 + GATHER_TENSOR + 4, 80))
+    assert f.members == (("a.bias", (100,)), ("c.bias", (20,)))
+    assert by_dtype["F16"].members == (("b.weight", (4, 8)), ("d.weight", (16,)))
+    assert gather_tensors(segments, {id(segments[1]): values[id(segments[1])]}) == segments  # one: nothing to do
 
 
 def test_gathered_segments_hold_at_most_gather_bytes():
@@ -75,6 +104,69 @@ def test_a_pytorch_zip_has_its_spans_gathered_and_comes_back(archive, tmp_path):
     assert buf.getvalue() == original
     with brevis.open(archive) as a:
         assert a.read_file(TAESD.name) == original
+
+
+def test_gathered_tensors_stay_tensors(archive, tmp_path):
+    """taesd's small F16 tensors are gathered; each reads back as the bytes
+    at its place in the file, through brevis.open and extract, and ls and
+    inspect list every tensor once."""
+    original = TAESD.read_bytes()
+    with ArchiveReader(archive) as r:
+        (entry,) = r.index.files
+        gathered = [s for s in entry.segments if s.members]
+        assert gathered and all(s.name == TENSORS and s.dtype is not None for s in gathered)
+        tensors = entry.tensors()
+        assert [t.offset for t in tensors] == sorted(t.offset for t in tensors)  # file order
+        members = [t for t in tensors if t.gathered]
+        assert len(members) == sum(len(s.members) for s in gathered) > 10
+        assert r.version == archive_format.VERSION >= archive_format.MEMBERS_VERSION
+    with brevis.open(archive, ml_dtypes=False) as a:
+        assert len(a) == len(tensors)
+        for t in members:
+            key = next(k for k in a if a.info(k)["name"] == t.name and a._entries[k][1].offset == t.offset)
+            x = a[key]
+            assert x.tobytes() == original[t.offset:t.offset + t.length] and x.shape == tuple(t.shape)
+            assert a.info(key)["gathered_with"] == len(t.segment.members) - 1
+        some = [k for k in a if a._entries[k][1].gathered][:3] + [next(k for k in a if not a._entries[k][1].gathered)]
+        want = {k: a[k].tobytes() for k in some}
+    out = tmp_path / "some.safetensors"
+    brevis.extract(archive, some, out, threads=2)
+    from safetensors.numpy import load_file
+
+    got = {k: v.tobytes() for k, v in load_file(out).items()}
+    assert sorted(got.values()) == sorted(want.values())
+    info = brevis.inspect(archive)
+    assert info["tensor_count"] == len(tensors) == brevis.ls(archive)["tensor_count"]
+    assert all(len(s["members"]) > 1 for f in info["files"] for s in f["segments"] if "members" in s)
+
+
+def test_repeated_small_tensors_stay_apart(tmp_path):
+    """A small tensor another repeats is stored once, alone (its chunk
+    is shared); the others are gathered."""
+    from brevis.codec.plan import gather_small_tensors, scan
+    from brevis.fs.sources import collect
+
+    rng = np.random.default_rng(8)
+    shared = (rng.standard_normal(64) * 0.1).astype(np.float32).tobytes()
+    for name in ("a", "b"):
+        tensors = {f"{name}.{i}": ("F32", (64,), (rng.standard_normal(64) * 0.1).astype(np.float32).tobytes())
+                   for i in range(4)}
+        tensors["norm"] = ("F32", (64,), shared)
+        write_safetensors(tmp_path / f"{name}.safetensors", tensors)
+    files, _ = collect([tmp_path])
+    scanned = [scan(f) for f in files]
+    gather_small_tensors(scanned)
+    for f in scanned:
+        assert [s.name for s in f.segments if s.dtype is not None and not s.members] == ["norm"]
+        assert sum(len(s.members) for s in f.segments if s.members) == 4
+    scanned = [scan(f) for f in files]
+    gather_small_tensors(scanned, base=object())  # against a base, tensors are matched one by one
+    assert not any(s.members for f in scanned for s in f.segments)
+    archive = tmp_path / "x.brv"
+    brevis.compress([tmp_path / "a.safetensors", tmp_path / "b.safetensors"], archive, threads=1)
+    with ArchiveReader(archive) as r:
+        norms = [s for f in r.index.files for s in f.segments if s.name == "norm"]
+        assert len(norms) == 2 and norms[0].chunks[0].streams == norms[1].chunks[0].streams
 
 
 def test_older_readers_refuse_it(archive, monkeypatch):
@@ -121,6 +213,15 @@ def _tensor_with_ranges(o):
     seg["ranges"] = [[0, seg["length"]]]
 
 
+def _members(o: dict) -> dict:
+    return next(s for s in o["files"][0]["segments"] if "members" in s)
+
+
+def _bytes_with_members(o):
+    seg = next(s for s in o["files"][0]["segments"] if "ranges" in s and s["dtype"] is None)
+    seg["members"] = [["x", [r[1]]] for r in seg["ranges"]]
+
+
 def _short(o):
     _gathered(o)["ranges"][0][1] += 1
 
@@ -130,10 +231,18 @@ def _short(o):
     (_overlap, "not in file order"),  # within a segment, an overlap is a range out of order
     (_past_end, "past the end of its file"),
     (_across, "across a gathered range"),
-    (_tensor_with_ranges, "or hold a tensor"),
+    (_tensor_with_ranges, "must name their tensors"),
     (_short, "do not add up to the segment"),
     (lambda o: _gathered(o).update(ranges=[[0, 0]]), "malformed ranges"),
     (lambda o: _gathered(o).update(ranges=[]), "do not add up to the segment"),
+    (lambda o: _members(o).pop("members"), "must name their tensors"),
+    (_bytes_with_members, "must name their tensors, and only they"),
+    (lambda o: _members(o)["members"].pop(), "do not match their ranges"),
+    (lambda o: _members(o)["members"][0][1].append(2), "do not match their ranges"),
+    (lambda o: _members(o)["members"].__setitem__(0, ["x"]), "malformed members"),
+    (lambda o: _members(o).update(members="x"), "malformed members"),
+    (lambda o: _members(o).update(base={"file": "f", "name": "n", "sha256": "00" * 16}),
+     "a gathered segment is coded against a base tensor"),
 ])
 def test_ranges_that_do_not_tile_the_file_are_refused(archive, edit, message):
     obj, end = _index(archive)
