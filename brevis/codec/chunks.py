@@ -489,11 +489,12 @@ def _write_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list
         if checks_in_call:
             left, decoded = _decode_in_one_call(window, stored, placed, buffer, handle)
             if left is not None:
-                for k, offset, data in decoded:
+                for k, parts, data in decoded:
                     done += len(data)
-                    problem = sink.put(handle, data, offset) if buffer is None else None
-                    if problem is not None:
-                        problems.append((window[k][1].name, problem))
+                    if parts is not None:  # decoded beside its place
+                        problem = _put(sink, handle, data, parts, len(data))
+                        if problem is not None:
+                            problems.append((window[k][1].name, problem))
                 window, stored = [window[k] for k in left], [stored[k] for k in left]
         work, where = [], []
         for (s, seg, chunk, start), streams in zip(window, stored):
@@ -515,34 +516,39 @@ def _write_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list
 
 def _decode_in_one_call(window, stored, placed, buffer, handle) -> tuple[list[int] | None, list]:
     """The chunks of a window that one `ans` or `raw` leaf codes
-    (SegmentEntry.in_one_call), each in one piece of its file, decoded in
-    one call of the C decoder, which also makes their stream checks and
-    digests: into the sink's memory where it offers it (`buffer`), else
-    into one buffer for them all. Returns the positions of the other chunks
-    (to decode as usual) and (position, offset in the file, bytes) of each
-    decoded. A chunk costs a tuple here, where the usual way costs a dozen
-    calls. With damage among them, (None, []): the caller decodes the whole
-    window as usual, which names the first damaged chunk."""
+    (SegmentEntry.in_one_call) decoded in one call of the C decoder, which
+    also makes their stream checks and digests: into the sink's memory
+    where it offers it (`buffer`) and the chunk lies in one piece of its
+    file, else into one buffer beside (a gathered segment's chunk, whose
+    pieces the caller puts in their places: pieces()). Returns the
+    positions of the other chunks (to decode as usual) and (position, the
+    pieces to put or None, bytes) of each decoded. A chunk costs a tuple
+    here, where the usual way costs a dozen calls. With damage among them,
+    (None, []): the caller decodes the whole window as usual, which names
+    the first damaged chunk."""
     taken, left = [], []
+    beside = 0  # bytes decoded into the buffer beside
     for k, ((s, seg, chunk, start), streams) in enumerate(zip(window, stored)):
         lane = seg.in_one_call[chunk.program]
-        place = placed[s]
-        if lane is None or len(place) != 1 or len(streams) != 1 or seg.base is not None:
+        if lane is None or len(streams) != 1 or seg.base is not None:
             left.append(k)
             continue
-        taken.append((k, lane, chunk, streams[0], place[0][0] + start, chunk.n * seg.itemsize))
+        length = chunk.n * seg.itemsize
+        place = placed[s]
+        parts = None if buffer is not None and len(place) == 1 else pieces(place, start, length)
+        beside += length if parts is not None else 0
+        taken.append((k, lane, chunk, streams[0], place[0][0] + start, length, parts))
     if not taken:
         return left, []
-    if buffer is None:
-        scratch, at = np.empty(sum(t[-1] for t in taken), np.uint8), 0
+    scratch, at = (np.empty(beside, np.uint8) if beside else None), 0
     calls, decoded = [], []
-    for k, lane, chunk, stream, offset, length in taken:
-        if buffer is not None:
+    for k, lane, chunk, stream, offset, length, parts in taken:
+        if parts is None:
             out = buffer(handle, offset, length)
         else:
             out, at = scratch[at:at + length], at + length
         calls.append((stream, chunk.n if lane[0] else length, lane[0], lane[1], out, chunk.streams[0][2], chunk.digest))
-        decoded.append((k, offset, out))
+        decoded.append((k, parts, out))
     if not decode_in_place(calls):
         return None, []
     return left, decoded
