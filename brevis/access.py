@@ -52,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .archive.index import FileEntry, Index, SegmentEntry, TensorRef
+from .archive.index import FileEntry, Index, TensorRef
 from .archive.reader import ArchiveReader
 from .fs.atomic import io_failure, make_temp, publish
 from .dtypes import DType

@@ -23,11 +23,12 @@ from ..dsl.program import Program
 from ..dsl.types import BYTES, Field as ValueType, tensor
 from ..dtypes import DType
 from .format import MAX_CHUNK_BYTES
-from .schema import (DIGEST_BYTES, Check, DTypeName, Field, Hex, Int, Let, List, Members, Obj, Path, Programs, Ranges, Record,
-                     Run, SearchKind, Shape, Str, check_path, dumper, is_hex, is_int, parser, paused_gc, placements)
+from .schema import (DIGEST_BYTES, Check, DTypeName, Field, Hex, Int, Let, List, Members, Obj, Path, Programs, Ranges,
+                     Record, Run, SearchKind, Shape, Str, check_path, dumper, is_hex, is_int, parser, paused_gc,
+                     placements)
 
-__all__ = ["DIGEST_BYTES", "Chunk", "SegmentEntry", "FileEntry", "TensorRef", "LinkEntry", "Index", "SearchKind", "check_path", "is_int",
-           "is_hex", "INDEX", "pieces"]
+__all__ = ["DIGEST_BYTES", "Chunk", "SegmentEntry", "FileEntry", "TensorRef", "LinkEntry", "Index", "SearchKind",
+           "check_path", "is_int", "is_hex", "INDEX", "pieces"]
 
 
 @dataclass

@@ -104,6 +104,9 @@ def test_a_pytorch_zip_has_its_spans_gathered_and_comes_back(archive, tmp_path):
     assert buf.getvalue() == original
     with brevis.open(archive) as a:
         assert a.read_file(TAESD.name) == original
+    for threads in (1, 2):  # gathered chunks decoded beside their place, then put in it
+        assert bytes(brevis.unpack(archive, threads=threads)[TAESD.name]) == original
+        assert bytes(brevis.unpack(archive.read_bytes(), threads=threads)[TAESD.name]) == original
 
 
 def test_gathered_tensors_stay_tensors(archive, tmp_path):
