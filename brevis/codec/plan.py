@@ -179,11 +179,17 @@ def discover(scanned: list[ScannedFile], lzma_margin: float = LZMA_MARGIN) -> No
 
 def gather_small_tensors(scanned: list[ScannedFile], base: Base | None = None) -> None:
     """Each file's small tensors gathered with those of their dtype that
-    read alike (formats/gather.py), but for those whose bytes another
-    tensor of the checkpoint repeats (their chunks are stored once, alone),
-    and unless a base is given: a tensor coded against its base tensor
-    costs next to nothing where a fine-tune left it as it was, and base
-    tensors are matched one by one."""
+    read alike (formats/gather.py), unless a base is given: a tensor coded
+    against its base tensor costs next to nothing where a fine-tune left
+    it as it was, and base tensors are matched one by one.
+
+    A small tensor whose bytes another repeats is stored once (its chunk
+    is shared), so it is gathered only with repeats, and only where its
+    copies lie one in each of some files whose repeats are the same bytes
+    in the same order (a checkpoint saved twice, at two precisions: the
+    biases and norms of both): those files gather them alike, into the
+    same bytes, whose chunks are then stored once. Other repeats stay
+    alone."""
     if base is not None:
         return
     values: dict[int, bytes] = {}  # id(segment) -> its bytes, for every small tensor
@@ -196,10 +202,17 @@ def gather_small_tensors(scanned: list[ScannedFile], base: Base | None = None) -
             finally:
                 f.close()
     seen = Counter(values.values())
+    repeats = {id(f): tuple(values[id(s)] for s in f.segments if id(s) in values and seen[values[id(s)]] > 1)
+               for f in scanned}
+    alike = Counter(repeats.values())  # files by their repeats, in order
     for f in scanned:
         alone = {id(s): values[id(s)] for s in f.segments if id(s) in values and seen[values[id(s)]] == 1}
         if len(alone) > 1:
             f.segments = gather_tensors(f.segments, alone)
+        mine = repeats[id(f)]
+        if len(mine) > 1 and len(set(mine)) == len(mine) and all(seen[v] == alike[mine] for v in mine):
+            f.segments = gather_tensors(f.segments, {id(s): values[id(s)] for s in f.segments if id(s) in values
+                                                     and seen[values[id(s)]] > 1})
 
 
 def _cut(piece: Segment, read, blocks: bool, changed: list[Segment] | None = None) -> list[Segment]:

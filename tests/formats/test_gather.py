@@ -172,6 +172,41 @@ def test_repeated_small_tensors_stay_apart(tmp_path):
         assert len(norms) == 2 and norms[0].chunks[0].streams == norms[1].chunks[0].streams
 
 
+def test_repeats_two_files_hold_alike_are_gathered_alike(tmp_path):
+    """Two files whose repeated small tensors are the same bytes in the same
+    order (a checkpoint saved at two precisions) gather them alike: the
+    gathered chunks are stored once. A third file holding one of them
+    leaves every copy of those alone."""
+    from brevis.codec.plan import gather_small_tensors, scan
+    from brevis.fs.sources import collect
+
+    rng = np.random.default_rng(9)
+    f32 = lambda n: (rng.standard_normal(n) * 0.1).astype(np.float32).tobytes()  # noqa: E731
+    shared = {f"block{i}.bias": ("F32", (64,), f32(64)) for i in range(4)}
+    write_safetensors(tmp_path / "a.safetensors", {**shared, "a.scale": ("F32", (8,), f32(8)),
+                                                    "a.other": ("F32", (16,), f32(16))})
+    write_safetensors(tmp_path / "b.safetensors", {**shared, "b.scale": ("I8", (32,), bytes(range(32))),
+                                                    "b.qweight": ("I8", (64,), bytes(range(64, 128)))})
+    files, _ = collect([tmp_path])
+    scanned = [scan(f) for f in files]
+    gather_small_tensors(scanned)
+    for f in scanned:
+        members = [m[0] for s in f.segments if s.members for m in s.members]
+        assert sorted(n for n in members if n.startswith("block")) == sorted(shared)
+    archive = tmp_path / "ab.brv"
+    brevis.compress([tmp_path / "a.safetensors", tmp_path / "b.safetensors"], archive, threads=1)
+    with ArchiveReader(archive) as r:
+        groups = [s for f in r.index.files for s in f.segments if s.members and s.members[0][0].startswith("block")]
+        assert len(groups) == 2 and groups[0].chunks[0].streams == groups[1].chunks[0].streams
+    write_safetensors(tmp_path / "c.safetensors", {"block0.bias": shared["block0.bias"], "c.w": ("F32", (8,), f32(8))})
+    files, _ = collect([tmp_path / "a.safetensors", tmp_path / "b.safetensors", tmp_path / "c.safetensors"])
+    scanned = [scan(f) for f in files]
+    gather_small_tensors(scanned)
+    assert not any(m[0].startswith("block") for f in scanned for s in f.segments if s.members for m in s.members)
+    with brevis.open(archive, ml_dtypes=False) as a:
+        assert a["a.safetensors::block2.bias"].tobytes() == shared["block2.bias"][2]
+
+
 def test_older_readers_refuse_it(archive, monkeypatch):
     monkeypatch.setattr(archive_format, "VERSION", archive_format.GATHER_VERSION - 1)
     with pytest.raises(UnsupportedVersion):
