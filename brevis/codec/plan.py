@@ -192,27 +192,26 @@ def gather_small_tensors(scanned: list[ScannedFile], base: Base | None = None) -
     alone."""
     if base is not None:
         return
-    values: dict[int, bytes] = {}  # id(segment) -> its bytes, for every small tensor
+    values: list[dict[int, bytes]] = []  # per file: offset -> bytes, of each small tensor
     for f in scanned:
         small = [s for s in f.segments if gatherable_tensor(s)]
+        values.append({})
         if small:
             f.open()  # checks it is the file scanned
             try:
-                values.update((id(s), f.read(s.offset, s.length)) for s in small)
+                values[-1].update((s.offset, f.read(s.offset, s.length)) for s in small)
             finally:
                 f.close()
-    seen = Counter(values.values())
-    repeats = {id(f): tuple(values[id(s)] for s in f.segments if id(s) in values and seen[values[id(s)]] > 1)
-               for f in scanned}
-    alike = Counter(repeats.values())  # files by their repeats, in order
-    for f in scanned:
-        alone = {id(s): values[id(s)] for s in f.segments if id(s) in values and seen[values[id(s)]] == 1}
-        if len(alone) > 1:
-            f.segments = gather_tensors(f.segments, alone)
-        mine = repeats[id(f)]
+    seen = Counter(v for file_values in values for v in file_values.values())
+    repeats = [tuple(v for _, v in sorted(file_values.items()) if seen[v] > 1) for file_values in values]  # file order
+    alike = Counter(repeats)
+    for f, file_values, mine in zip(scanned, values, repeats):
+        groups = [{o: v for o, v in file_values.items() if seen[v] == 1}]
         if len(mine) > 1 and len(set(mine)) == len(mine) and all(seen[v] == alike[mine] for v in mine):
-            f.segments = gather_tensors(f.segments, {id(s): values[id(s)] for s in f.segments if id(s) in values
-                                                     and seen[values[id(s)]] > 1})
+            groups.append({o: v for o, v in file_values.items() if seen[v] > 1})
+        for group in groups:
+            if len(group) > 1:
+                f.segments = gather_tensors(f.segments, group)
 
 
 def _cut(piece: Segment, read, blocks: bool, changed: list[Segment] | None = None) -> list[Segment]:

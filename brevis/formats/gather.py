@@ -54,20 +54,20 @@ def gather(segments: list[Segment], kind=None) -> list[Segment]:
 
 
 def gather_tensors(segments: list[Segment], values: dict[int, bytes]) -> list[Segment]:
-    """The same tiling with the small tensors whose bytes are in `values`
-    (id(segment) -> bytes; the others are left alone) gathered, those of
-    each dtype that read alike (discovery.kinds) together, in file order,
-    into typed segments of at most GATHER_BYTES placed after the others:
-    a segment of `TENSORS`, one dimension, naming each span's tensor
-    (`members`)."""
+    """The same tiling with the small tensors (gatherable_tensor) whose
+    bytes are in `values` (offset in the file -> bytes; the others are
+    left alone) gathered, those of each dtype that read alike
+    (discovery.kinds) together, in file order, into typed segments of at
+    most GATHER_BYTES placed after the others: a segment of `TENSORS`,
+    one dimension, naming each span's tensor (`members`)."""
     from .discovery import kinds
 
-    small = [s for s in segments if id(s) in values]
-    by_offset = {s.offset: values[id(s)] for s in small}
+    # A file's tensors start apart; ranges are listed in file order.
+    small = sorted((s for s in segments if gatherable_tensor(s) and s.offset in values), key=lambda s: s.offset)
     labels: dict[int, tuple] = {}
     for dtype in {s.dtype for s in small}:
         alike = [s for s in small if s.dtype == dtype]
-        found = kinds(alike, lambda offset, n: by_offset[offset][:n])
+        found = kinds(alike, lambda offset, n: values[offset][:n])
         labels.update((id(s), (dtype.name, k)) for s, k in zip(alike, found))
     return _gathered(segments, small, lambda s: labels[id(s)], lambda g: Segment(
         g[0].offset, sum(s.length for s in g), TENSORS, g[0].dtype, (sum(s.length for s in g) // g[0].dtype.itemsize,),
