@@ -63,6 +63,8 @@ def test_small_tensors_are_gathered_by_dtype_in_file_order_and_the_rest_kept():
     assert f.members == (("a.bias", (100,)), ("c.bias", (20,)))
     assert by_dtype["F16"].members == (("b.weight", (4, 8)), ("d.weight", (16,)))
     assert gather_tensors(segments, {8: values[8]}) == segments  # one: nothing to do
+    # A gathered segment starts where its first tensor did: it is never taken for that tensor again.
+    assert gather_tensors(out, values) == out
 
 
 def test_gathered_segments_hold_at_most_gather_bytes():
