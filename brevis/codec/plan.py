@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import functools
 import json
-from collections import Counter
 import os
 import stat
+from collections import Counter
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from typing import Iterator
@@ -33,6 +33,7 @@ from .base_model import Base, BaseTensor, tensor_keys
 from ..dsl.program import Program
 from ..dsl.types import BYTES, Field, tensor
 from ..errors import InvalidArgument, IOFailure
+from ..archive.format import chunk_digest
 from ..archive.index import pieces
 from ..formats import Segment, discovery, layout, repeats
 from ..formats.gather import gather, gatherable, gather_tensors, gatherable_tensor
@@ -192,26 +193,32 @@ def gather_small_tensors(scanned: list[ScannedFile], base: Base | None = None) -
     alone."""
     if base is not None:
         return
-    values: list[dict[int, bytes]] = []  # per file: offset -> bytes, of each small tensor
+    # Which small tensors repeat: a digest of each (its bytes are read again to gather).
+    digests: list[dict[int, bytes]] = []  # per file: offset -> digest, of each small tensor
     for f in scanned:
         small = [s for s in f.segments if gatherable_tensor(s)]
-        values.append({})
+        digests.append({})
         if small:
             f.open()  # checks it is the file scanned
             try:
-                values[-1].update((s.offset, f.read(s.offset, s.length)) for s in small)
+                digests[-1].update((s.offset, chunk_digest(f.read(s.offset, s.length))) for s in small)
             finally:
                 f.close()
-    seen = Counter(v for file_values in values for v in file_values.values())
-    repeats = [tuple(v for _, v in sorted(file_values.items()) if seen[v] > 1) for file_values in values]  # file order
-    alike = Counter(repeats)
-    for f, file_values, mine in zip(scanned, values, repeats):
-        groups = [{o: v for o, v in file_values.items() if seen[v] == 1}]
-        if len(mine) > 1 and len(set(mine)) == len(mine) and all(seen[v] == alike[mine] for v in mine):
-            groups.append({o: v for o, v in file_values.items() if seen[v] > 1})
-        for group in groups:
-            if len(group) > 1:
-                f.segments = gather_tensors(f.segments, group)
+    seen = Counter(d for file_digests in digests for d in file_digests.values())
+    repeats = [tuple(d for _, d in sorted(file_digests.items()) if seen[d] > 1) for file_digests in digests]
+    alike = Counter(repeats)  # files by their repeats, in file order
+    for f, file_digests, mine in zip(scanned, digests, repeats):
+        groups = [{o for o, d in file_digests.items() if seen[d] == 1}]
+        if len(mine) > 1 and len(set(mine)) == len(mine) and all(seen[d] == alike[mine] for d in mine):
+            groups.append({o for o, d in file_digests.items() if seen[d] > 1})
+        groups = [g for g in groups if len(g) > 1]
+        if groups:
+            f.open()
+            try:
+                for group in groups:
+                    f.segments = gather_tensors(f.segments, group, f.read)
+            finally:
+                f.close()
 
 
 def _cut(piece: Segment, read, blocks: bool, changed: list[Segment] | None = None) -> list[Segment]:

@@ -53,22 +53,21 @@ def gather(segments: list[Segment], kind=None) -> list[Segment]:
         g[0].offset, sum(s.length for s in g), NAME, ranges=tuple((s.offset, s.length) for s in g)))
 
 
-def gather_tensors(segments: list[Segment], values: dict[int, bytes]) -> list[Segment]:
-    """The same tiling with the small tensors (gatherable_tensor) whose
-    bytes are in `values` (offset in the file -> bytes; the others are
-    left alone) gathered, those of each dtype that read alike
-    (discovery.kinds) together, in file order, into typed segments of at
+def gather_tensors(segments: list[Segment], offsets, read) -> list[Segment]:
+    """The same tiling with the small tensors (gatherable_tensor) that start
+    at `offsets` (the others are left alone) gathered, those of each dtype
+    that read alike (discovery.kinds, on their bytes: read(offset, n),
+    each read once) together, in file order, into typed segments of at
     most GATHER_BYTES placed after the others: a segment of `TENSORS`,
     one dimension, naming each span's tensor (`members`)."""
     from .discovery import kinds
 
     # A file's tensors start apart; ranges are listed in file order.
-    small = sorted((s for s in segments if gatherable_tensor(s) and s.offset in values), key=lambda s: s.offset)
+    small = sorted((s for s in segments if gatherable_tensor(s) and s.offset in offsets), key=lambda s: s.offset)
     labels: dict[int, tuple] = {}
-    for dtype in {s.dtype for s in small}:
-        alike = [s for s in small if s.dtype == dtype]
-        found = kinds(alike, lambda offset, n: values[offset][:n])
-        labels.update((id(s), (dtype.name, k)) for s, k in zip(alike, found))
+    for dtype in sorted({s.dtype.name for s in small}):
+        alike = [s for s in small if s.dtype.name == dtype]
+        labels.update((id(s), (dtype, k)) for s, k in zip(alike, kinds(alike, read)))
     return _gathered(segments, small, lambda s: labels[id(s)], lambda g: Segment(
         g[0].offset, sum(s.length for s in g), TENSORS, g[0].dtype, (sum(s.length for s in g) // g[0].dtype.itemsize,),
         ranges=tuple((s.offset, s.length) for s in g), members=tuple((s.name, tuple(s.shape)) for s in g)))
