@@ -80,6 +80,20 @@ class SegmentEntry:
     def stored(self) -> int:
         return sum(c.stored for c in self.chunks)
 
+    def holding(self, start: int = 0, length: int | None = None) -> str:
+        """For messages: "" or, gathered tensors, " (the tensors whose bytes
+        lie in [start, start + length) of it)", three named."""
+        if self.members is None:
+            return ""
+        end = self.length if length is None else start + length
+        names, at = [], 0
+        for (name, _), (_, n) in zip(self.members, self.ranges):
+            if at < end and at + n > start:
+                names.append(name)
+            at += n
+        more = f", and {len(names) - 3} more" if len(names) > 3 else ""
+        return f" ({', '.join(names[:3])}{more})"
+
 
 @dataclass
 class FileEntry:

@@ -158,7 +158,7 @@ class ArchiveReader:
         except BrevisError:
             raise
         except (ValueError, TypeError, IndexError, OverflowError, MemoryError) as e:
-            raise FormatError(f"segment {seg.name!r}: a stream does not decode ({e})") from None
+            raise FormatError(f"segment {seg.name!r}{seg.holding()}: a stream does not decode ({e})") from None
         data = values.view(np.uint8) if into is None else into
         self._check_digest(seg, chunk, data)
         return data
@@ -168,7 +168,7 @@ class ArchiveReader:
         streams = self._stored(chunk.streams) if stored is None else stored
         for k, ((off, _, crc), data) in enumerate(zip(chunk.streams, streams)):
             if self.stream_check(data) != crc:
-                raise ChecksumError(f"segment {seg.name!r}: stream {k} at offset {off} is damaged")
+                raise ChecksumError(f"segment {seg.name!r}{seg.holding()}: stream {k} at offset {off} is damaged")
         return streams
 
     @staticmethod
@@ -182,7 +182,7 @@ class ArchiveReader:
 
     def _check_digest(self, seg: SegmentEntry, chunk: Chunk, data) -> None:
         if self.chunk_digest(data) != chunk.digest:
-            raise ChecksumError(f"segment {seg.name!r}: decoded bytes do not match their checksum")
+            raise ChecksumError(f"segment {seg.name!r}{seg.holding()}: decoded bytes do not match their checksum")
 
     def decode_chunks(self, items) -> list[np.ndarray]:
         """decode_chunk for each (segment, chunk, reference, into, stored) in
@@ -210,15 +210,17 @@ class ArchiveReader:
                              checks)
             except FormatError as e:
                 seg, chunk = batch[e.position][1:3]
+                told = f"segment {seg.name!r}{seg.holding()}"
                 if e.kind == 1:
-                    raise ChecksumError(f"segment {seg.name!r}: stream 0 at offset {chunk.streams[0][0]} is damaged") from None
+                    raise ChecksumError(f"{told}: stream 0 at offset {chunk.streams[0][0]} is damaged") from None
                 if e.kind == 2:
-                    raise ChecksumError(f"segment {seg.name!r}: decoded bytes do not match their checksum") from None
-                raise FormatError(f"segment {seg.name!r}: a stream does not decode ({e})") from None
+                    raise ChecksumError(f"{told}: decoded bytes do not match their checksum") from None
+                raise FormatError(f"{told}: a stream does not decode ({e})") from None
             for pos, seg, chunk, _, target, into in batch:
                 data = target.view(np.uint8) if into is None else into
                 if not digests_in_call and digest(data) != chunk.digest:
-                    raise ChecksumError(f"segment {seg.name!r}: decoded bytes do not match their checksum")
+                    raise ChecksumError(f"segment {seg.name!r}{seg.holding()}: decoded bytes do not match their "
+                                        "checksum")
                 out[pos] = data
             batch.clear()
 
@@ -233,7 +235,7 @@ class ArchiveReader:
                 stream = self._stored(chunk.streams)[0] if stored is None else stored[0]
                 off, _, crc = chunk.streams[0]
                 if not streams_in_call and check(stream) != crc:
-                    raise ChecksumError(f"segment {seg.name!r}: stream 0 at offset {off} is damaged")
+                    raise ChecksumError(f"segment {seg.name!r}{seg.holding()}: stream 0 at offset {off} is damaged")
                 target = np.empty(chunk.n, t.container) if target is None else target
                 batch.append((len(out), seg, chunk, stream, target, into))
                 out.append(None)

@@ -575,22 +575,23 @@ def _check_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list
                 found = decoder.checked.get(key, decoder.checked.get((key, seg.name), _UNSEEN))
                 if found is not _UNSEEN:
                     if found is not None:
-                        problems.append((seg.name, found))
+                        problems.append((seg.name + seg.holding(start, length), found))
                     continue
             try:
                 if data is None:
                     data = decoder.decode(seg, chunk, start, None, streams)
             except BrevisError as e:
-                problems.append((seg.name, str(e)))
+                problems.append((seg.name + seg.holding(start, length), str(e)))
                 if key is not None:
                     decoder.checked[(key, seg.name)] = str(e)
                 continue
             problem = _put(sink, handle, data, pieces(placed[s], start, length), length)
             if problem is not None:
-                problems.append((seg.name, problem))
+                problems.append((seg.name + seg.holding(start, length), problem))
             elif key is not None:
                 decoder.checked[key] = None
     return done, problems
+
 
 
 def _repeat_key(seg, chunk) -> tuple:

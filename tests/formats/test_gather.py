@@ -146,6 +146,23 @@ def test_gathered_tensors_stay_tensors(archive, tmp_path):
     assert all(len(s["members"]) > 1 for f in info["files"] for s in f["segments"] if "members" in s)
 
 
+def test_verify_names_the_tensors_of_a_damaged_gathered_chunk(archive, tmp_path):
+    """A damaged chunk of gathered tensors is reported with the tensors it
+    holds, not only as `__tensors__`."""
+    data = bytearray(archive.read_bytes())
+    with ArchiveReader(archive) as r:
+        seg = max((s for f in r.index.files for s in f.segments if s.members), key=lambda s: len(s.members))
+        off, length, _ = seg.chunks[0].streams[0]
+    data[off + length // 2] ^= 0x20
+    bad = tmp_path / "bad.brv"
+    bad.write_bytes(bytes(data))
+    report = brevis.verify(bad, threads=1)
+    assert not report["ok"]
+    (problem,) = report["problems"]
+    names = [m[0] for m in seg.members]
+    assert problem["segment"] == f"{TENSORS} ({', '.join(names[:3])}, and {len(names) - 3} more)"
+
+
 def test_repeated_small_tensors_stay_apart(tmp_path):
     """A small tensor another repeats is stored once, alone (its chunk
     is shared); the others are gathered."""
