@@ -257,35 +257,24 @@ class Archive(Mapping):
         uint8 array that nothing else refers to."""
         f, t = self._entries[self._resolve(name)]
         self._open_reader()
-        if t.gathered:
-            return t, self._gathered_bytes(t)
-        s = t.segment
         available = available_memory()
-        if available is not None and s.length > available:
-            raise InvalidArgument(f"tensor {name!r} is {s.length} bytes, more than the {available} bytes of memory "
+        if available is not None and t.length > available:
+            raise InvalidArgument(f"tensor {name!r} is {t.length} bytes, more than the {available} bytes of memory "
                                   "available: extract it to a file instead (brevis.extract)")
         try:
-            out = np.empty(s.length, np.uint8)
+            out = np.empty(t.length, np.uint8)
         except MemoryError:
-            raise InvalidArgument(f"tensor {name!r} is {s.length} bytes: not enough memory to hold it") from None
-        from .codec.chunks import READ_WINDOW
+            raise InvalidArgument(f"tensor {name!r} is {t.length} bytes: not enough memory to hold it") from None
+        return t, self._decode_into(t, out)
 
-        pos = 0
-        for w in range(0, len(s.chunks), READ_WINDOW):  # each chunk decodes into its place
-            window = s.chunks[w:w + READ_WINDOW]
-            for chunk, stored in zip(window, self._reader.read_runs(window)):
-                n = chunk.n * s.itemsize
-                self._decoder.decode(s, chunk, pos, out[pos:pos + n], stored)
-                pos += n
-        return t, out
-
-    def _gathered_bytes(self, t: TensorRef) -> np.ndarray:
-        """The bytes of a tensor its segment gathers with others: the chunks
-        holding them decoded, and they cut out (a new writable array)."""
+    def _decode_into(self, t: TensorRef, out: np.ndarray) -> np.ndarray:
+        """A tensor's bytes into `out`: the chunks of its segment holding
+        them, READ_WINDOW at a time, each decoded in its place where it lies
+        within the tensor (every chunk of a tensor's own segment), else
+        beside it and cut (a tensor its segment gathers with others)."""
         from .codec.chunks import READ_WINDOW
 
         seg, start, end = t.segment, t.start, t.start + t.length
-        out = np.empty(t.length, np.uint8)
         spans, at = [], 0  # (chunk, its offset in the segment) of those holding the tensor's bytes
         for chunk in seg.chunks:
             n = chunk.n * seg.itemsize
@@ -295,8 +284,12 @@ class Archive(Mapping):
         for w in range(0, len(spans), READ_WINDOW):
             window = spans[w:w + READ_WINDOW]
             for (chunk, at), stored in zip(window, self._reader.read_runs([c for c, _ in window])):
+                n = chunk.n * seg.itemsize
+                if start <= at and at + n <= end:
+                    self._decoder.decode(seg, chunk, at, out[at - start:at - start + n], stored)
+                    continue
                 data = np.frombuffer(self._decoder.decode(seg, chunk, at, None, stored), np.uint8)
-                lo, hi = max(start, at), min(end, at + len(data))
+                lo, hi = max(start, at), min(end, at + n)
                 out[lo - start:hi - start] = data[lo - at:hi - at]
         return out
 
@@ -590,8 +583,8 @@ def extract(archive: str | os.PathLike, names, output: str | os.PathLike, *, for
                     f.write(header)
                     # A tensor's chunks, or, where its segment gathers it with others, the tensor.
                     work = [w for _, t in chosen for w in ([t] if t.gathered else a._decoder.work_segment(t.segment))]
-                    for data in pool.ordered_map(lambda w: a._gathered_bytes(w) if isinstance(w, TensorRef)
-                                                 else a._decoder.decode(*w), work):
+                    for data in pool.ordered_map(lambda w: a._decode_into(w, np.empty(w.length, np.uint8))
+                                                 if isinstance(w, TensorRef) else a._decoder.decode(*w), work):
                         f.write(memoryview(data))
                     f.flush()
                     os.fsync(f.fileno())

@@ -593,7 +593,6 @@ def _check_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list
     return done, problems
 
 
-
 def _repeat_key(seg, chunk) -> tuple:
     """What makes two chunks decode to the same bytes: program, value type,
     length, streams and digest (CheckOnly decodes each such chunk once)."""
