@@ -57,6 +57,39 @@ def test_c_and_python_agree_on_a_block_of_many_values(bits, monkeypatch):
     assert Ans().encode(x, t) == stream
 
 
+@pytest.mark.parametrize("lanes", [entropy.LANES, entropy.WIDE_LANES])
+@pytest.mark.parametrize("bits", [1, 5, 8, 12, 16, 17, 24, 32])
+def test_both_c_encoding_kernels_write_the_same_block(bits, lanes):
+    """With BMI2 (where the CPU has it) and without: the same loops, the same bytes."""
+    for kind in ("uniform", "bell", "constant", "skewed"):
+        for n in (1, 7, 1000, 70_000):
+            x = values(kind, n, bits, seed=n)
+            width = entropy._width(Field(bits))
+            fast = entropy._rans.encode_block(x, width, bits, entropy.BIN_COST, entropy.NODE_COST, lanes, 1)
+            plain = entropy._rans.encode_block(x, width, bits, entropy.BIN_COST, entropy.NODE_COST, lanes, 0)
+            assert fast == plain
+
+
+@pytest.mark.parametrize("width,shift,keys", [(1, 0, 256), (2, 8, 256), (2, 6, 1024), (2, 4, 256), (2, 2, 4096),
+                                               (4, 24, 256)])
+@pytest.mark.parametrize("block_log", [0, 10, 12])
+def test_the_c_histogram_counts_as_numpy_does(width, shift, keys, block_log):
+    """Counted four at a time per block (small histograms) or one at a time:
+    the counts numpy's bincount gives, any length; a key past the histogram
+    is refused."""
+    rng = np.random.default_rng(width + shift)
+    for n in (1, 5, 4097, 10_003):
+        x = rng.integers(0, keys << shift, n).astype(f"<u{width}")
+        ids = (np.arange(n) >> block_log) if block_log else np.zeros(n, dtype=np.intp)
+        expected = np.bincount(ids * keys + (x >> shift).astype(np.intp), minlength=(int(ids[-1]) + 1) * keys)
+        counted = np.frombuffer(entropy._rans.histogram(x, width, shift, keys, block_log), dtype=np.int64)
+        assert np.array_equal(counted, expected)
+        if keys << shift < 1 << (8 * width):  # a key past the histogram can be written
+            x[-1] = keys << shift
+            with pytest.raises(ValueError):
+                entropy._rans.histogram(x, width, shift, keys, block_log)
+
+
 def test_skewed_fields_cost_their_entropy():
     """A field with one bit of information a value costs about one bit (Huffman
     cannot go below one bit for the likeliest symbol; rANS can)."""
