@@ -33,6 +33,17 @@ _GUARD_IMPORTS = (os.path.basename(sys.argv[0] if sys.argv else "") == "brevis"
 if _GUARD_IMPORTS:
     signal.signal(signal.SIGINT, _interrupted_while_importing)
 
+# numpy's OpenBLAS starts a thread per core that spins for about 0.1 s of CPU
+# after the import (0.18 s of CPU for `import numpy` and a second's sleep,
+# 0.07 s with one thread): Brevis does no linear algebra, and the spin takes
+# a core from its own threads and worker processes (which inherit this).
+# Only for the command, before numpy is imported: a library caller's process
+# keeps its own setting.
+_COMMAND = bool(sys.argv) and (os.path.basename(sys.argv[0]) == "brevis"
+                               or sys.argv[0].endswith(os.path.join("brevis", "__main__.py")))
+if _COMMAND and "numpy" not in sys.modules:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import click  # noqa: E402
 
 from . import __version__  # noqa: E402

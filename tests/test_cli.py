@@ -97,6 +97,22 @@ def test_help_and_usage_errors_import_no_codec():
     assert r.stdout.splitlines()[-1] == "", r.stdout.splitlines()[-1]
 
 
+@pytest.mark.parametrize("first,given,expected", [("", None, "1"), ("import numpy\n", None, None),
+                                                   ("", "4", "4")])
+def test_the_command_keeps_blas_to_one_thread(first, given, expected):
+    """The `brevis` command (not a library caller who imported numpy first,
+    nor one who chose) starts numpy's OpenBLAS with one thread: Brevis does
+    no linear algebra, and its idle threads spin for 0.1 s of CPU."""
+    code = (first + "import os, sys\nsys.argv = ['/usr/bin/brevis']\nfrom brevis import cli\n"
+            "print(os.environ.get('OPENBLAS_NUM_THREADS'))")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(expected)]
+
+
 def test_compress_decompress_roundtrip(ckpt, archive, tmp_path):
     out = tmp_path / "restored"
     r = brevis("decompress", archive, "-o", out, "-j", "2")
