@@ -1448,7 +1448,8 @@ done:
     return result;
 }
 
-#define HIST_SPLIT_KEYS 1024  /* histograms this small are counted four at a time (on the stack) */
+#define HIST_SPLIT_KEYS 1024  /* histograms this small are counted eight at a time (on the stack) */
+#define HIST_WAYS 8
 
 /* histogram(values, width, shift, keys, block_log) -> int64 counts
  * counts[block][key] of key = value >> shift (< keys) over blocks of
@@ -1476,28 +1477,35 @@ static PyObject *rans_histogram(PyObject *self, PyObject *args) {
     int bad = 0;
     Py_BEGIN_ALLOW_THREADS
     if (keys <= HIST_SPLIT_KEYS) {
-        /* Four histograms, value i in histogram i % 4, summed at each
+        /* Eight histograms, value i in histogram i % 8, summed at each
          * block's end: a run of one key (a float's top bits) then does not
-         * wait on its own counter (1.1 ns a BF16 value in one). */
-        uint32_t h[4 * HIST_SPLIT_KEYS];
+         * wait on its own counter (1.1 ns a BF16 value in one, 0.45 in
+         * eight). Keys checked only where a value could lie past them. */
+        uint32_t h[HIST_WAYS * HIST_SPLIT_KEYS];
+        uint64_t widest = width == 4 ? 0xFFFFFFFFu : ((uint64_t)1 << (8 * width)) - 1;
+        int checked = (widest >> shift) >= (uint64_t)keys;
         Py_ssize_t size = block_log ? (Py_ssize_t)1 << block_log : n;
         for (Py_ssize_t start = 0, b = 0; start < n && !bad; start += size, b++) {
             Py_ssize_t stop = start + size < n ? start + size : n, i = start;
-            memset(h, 0, sizeof(uint32_t) * 4 * (size_t)keys);
+            memset(h, 0, sizeof(uint32_t) * HIST_WAYS * (size_t)keys);
             uint32_t over = 0;
-#define SPLIT4(T) { const T *v = values; \
-            for (; i + 4 <= stop; i += 4) { \
-                uint32_t k0 = v[i] >> shift, k1 = v[i + 1] >> shift, k2 = v[i + 2] >> shift, k3 = v[i + 3] >> shift; \
-                over |= (k0 >= (uint32_t)keys) | (k1 >= (uint32_t)keys) | (k2 >= (uint32_t)keys) | (k3 >= (uint32_t)keys); \
-                if (over) break; \
-                h[k0]++; h[keys + k1]++; h[2 * keys + k2]++; h[3 * keys + k3]++; \
-            } \
-            for (; i < stop && !over; i++) { uint32_t k = v[i] >> shift; over = k >= (uint32_t)keys; if (!over) h[k]++; } }
-            if (width == 1) SPLIT4(uint8_t) else if (width == 2) SPLIT4(uint16_t) else SPLIT4(uint32_t)
-#undef SPLIT4
+#define SPLIT(T) { const T *v = values; \
+            if (checked) \
+                for (Py_ssize_t j = i; j < stop; j++) over |= (uint32_t)(v[j] >> shift) >= (uint32_t)keys; \
+            if (!over) { \
+                for (; i + HIST_WAYS <= stop; i += HIST_WAYS) \
+                    for (int w = 0; w < HIST_WAYS; w++) h[w * keys + (v[i + w] >> shift)]++; \
+                for (; i < stop; i++) h[v[i] >> shift]++; \
+            } }
+            if (width == 1) SPLIT(uint8_t) else if (width == 2) SPLIT(uint16_t) else SPLIT(uint32_t)
+#undef SPLIT
             if (over) { bad = 1; break; }
             int64_t *row = counts + b * keys;
-            for (Py_ssize_t k = 0; k < keys; k++) row[k] = (int64_t)h[k] + h[keys + k] + h[2 * keys + k] + h[3 * keys + k];
+            for (Py_ssize_t k = 0; k < keys; k++) {
+                int64_t c = 0;
+                for (int w = 0; w < HIST_WAYS; w++) c += h[w * keys + k];
+                row[k] = c;
+            }
         }
     } else {
         for (Py_ssize_t i = 0; i < n; i++) {
