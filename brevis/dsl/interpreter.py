@@ -27,14 +27,16 @@ def encode(program: Program, x: np.ndarray, t: Field, reference: np.ndarray | No
     return streams
 
 
-def estimate(program: Program, x: np.ndarray, t: Field, reference: np.ndarray | None = None) -> list[tuple[int, int]]:
+def estimate(program: Program, x: np.ndarray, t: Field, reference: np.ndarray | None = None,
+             leaf=None) -> list[tuple[int, int]]:
     """What encode() would give, as each leaf's (stream bytes, fixed bytes),
-    from Coder.estimate: the planner's trial of a whole program."""
+    from Coder.estimate (or leaf(coder, value, type)): the planner's trial
+    of a whole program."""
     sizes: list[tuple[int, int]] = []
 
     def walk(p: Program, value: np.ndarray, vt: Field, ref) -> None:
         if isinstance(p.node, Coder):
-            sizes.append(p.node.estimate(value, vt))
+            sizes.append(leaf(p.node, value, vt) if leaf else p.node.estimate(value, vt))
             return
         for child, part, ct in zip(p.children, forward(p.node, value, vt, ref), p.node.child_types(vt)):
             walk(child, part, ct, None)

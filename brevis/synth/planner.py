@@ -28,6 +28,7 @@ from ..dsl.reference import SubBase, XorBase
 from ..dsl.program import Program
 from ..dsl.types import BYTES, Field, Tensor
 from ..errors import InvalidArgument, NotApplicable, ProgramError
+from .estimates import leaf_estimate
 from .prior import Prior
 from .proposals import WORD_VIEWS, Value, _float_partition, halves, low_zeros
 from .roles import leaf_name, role_of, shape_class
@@ -627,7 +628,7 @@ def _estimate(program: Program, root: Value, seg: SegmentInfo, scale: float) -> 
         leaves = program.leaves()
         size = fixed = 0
         for s, r in zip(root.slices, refs):
-            for length, model in estimate(program, s, seg.t, r):
+            for length, model in estimate(program, s, seg.t, r, leaf_estimate):
                 size, fixed = size + length - model, fixed + model
     except (NotApplicable, ProgramError):
         return None

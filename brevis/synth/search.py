@@ -31,6 +31,7 @@ from ..dsl.operator import Coder, Operator, Production
 from ..dsl.program import Program
 from ..dsl.interpreter import forward
 from ..errors import NotApplicable
+from .estimates import leaf_estimate
 from .prior import Prior
 from .proposals import DETECTED, Value, child_row, coders_for, proposals
 
@@ -77,7 +78,7 @@ class Search:
     def leaf_cost(self, v: Value, coder: Coder) -> float:
         key = ("coder", coder)
         if key not in v.memo:
-            sizes = [coder.estimate(s, v.t) for s in v.slices]
+            sizes = [leaf_estimate(coder, s, v.t) for s in v.slices]
             fixed = sum(model for _, model in sizes)
             size = sum(length for length, _ in sizes) - fixed
             v.memo[key] = size * self.scale + (fixed / len(sizes) + STREAM_INDEX_BYTES) * self.chunks
