@@ -121,6 +121,12 @@ def run_worker(job: dict, scratch: Path) -> dict:
     jobfile = scratch / "job.json"
     jobfile.write_text(json.dumps(job))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    # The worker imports numpy for every codec; its OpenBLAS would start a
+    # thread per core that spins for about 0.1 s after the import, into the
+    # timed part, taking a core from codecs that decode on two threads
+    # (one-shot unpack of silero: 10.1 ms against 7.8 with one BLAS thread). No codec
+    # here does linear algebra.
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
     p = subprocess.run([sys.executable, "-m", "benchmarks.worker", str(jobfile)],
                        cwd=ROOT, env=env, capture_output=True, text=True)
     if p.returncode != 0:
