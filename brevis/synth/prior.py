@@ -156,7 +156,7 @@ class LearnedProgram:
     def from_json(obj) -> "LearnedProgram":
         try:
             relative = float(obj["relative"])
-            if not (isinstance(obj["kind"], str) and isinstance(obj["role"], str) and 0 < relative < math.inf):
+            if not (isinstance(obj["kind"], str) and isinstance(obj["role"], str) and 0 <= relative < math.inf):
                 raise ValueError
             return LearnedProgram(obj["kind"], obj["role"], Program.from_json(obj["program"]), relative)
         except (KeyError, TypeError, ValueError, ProgramError):

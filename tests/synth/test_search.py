@@ -170,6 +170,19 @@ def test_prior_carries_its_learned_programs(tmp_path):
         Prior.from_json(obj)
 
 
+def test_a_prior_with_a_constant_tensors_program_loads_again(tmp_path):
+    """A constant tensor's program estimates nothing (relative 0): the prior
+    holding it is read back from its file, and by worker processes."""
+    save_file({"w": weights((128, 128)), "norm.weight": np.ones((64, 256), np.float32)}, tmp_path / "m.safetensors")
+    prior = brevis.learn_prior([tmp_path / "m.safetensors"], tmp_path / "p.json")
+    assert any(p.relative == 0 for p in prior.programs)
+    assert Prior.load(tmp_path / "p.json").programs == prior.programs
+    obj = prior.to_json()
+    obj["programs"][0]["relative"] = -1.0
+    with pytest.raises(brevis.BrevisError):
+        Prior.from_json(obj)
+
+
 def test_large_segment_search_keeps_what_the_prior_finds():
     """A segment past PRUNE_MAX_BYTES is searched unpruned (wider); where
     that search runs out of budget, the pruned one's result still counts.
