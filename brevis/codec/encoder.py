@@ -8,11 +8,14 @@
 2. Learn: the planner learns the production prior on a stratified sample
    of the segments (unless a prior was given).
 3. Plan and encode, through two ordered maps: planning (plan.plan_segments:
-   sampling a segment and searching its program) runs on a thread pool a
-   few segments ahead of encoding. Encoding a chunk (reading, checksumming,
-   coding: tasks.run_chunk) is a self-contained job that runs on worker
-   processes (large inputs with threads > 1), on a caller's executor (a
-   Dask cluster), or on the thread pool.
+   sampling a segment and searching its program) runs a few segments ahead
+   of encoding, as self-contained jobs (tasks.run_plan: the prior travels
+   as JSON, a family's follower gets its leader's program) where chunks
+   are encoded by worker processes or an executor, else on a thread pool.
+   Encoding a chunk (reading, checksumming, coding: tasks.run_chunk) is a
+   self-contained job that runs on worker processes (large inputs with
+   threads > 1), on a caller's executor (a Dask cluster), or on the thread
+   pool.
 4. Assemble: the assembler (assembler.Assembler) takes the results in plan
    order and alone builds the index: it writes and deduplicates streams and
    releases each file after its last chunk. So the archive does not depend
@@ -148,8 +151,12 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
             learn_time = time.perf_counter() - learn_time
             files_plan = lay_out(scanned, chunk_bytes)
             assembler = Assembler(files_plan, dirs, writer, links)
-            chunks = (ref for ps in plan_segments(files_plan, planner, pool, chunk_bytes, base_model)
-                      for ref in ps.chunks)
+            # Segments are planned where chunks are encoded (worker processes,
+            # an executor): on this process alone, planning was the critical
+            # path of items with many small tensors (ppocr: 0.9 s of 1.3 s).
+            planned = plan_segments(files_plan, planner, pool, chunk_bytes, base_model, executor,
+                                    2 * max(1, threads))
+            chunks = (ref for ps in planned for ref in ps.chunks)
             # Workers on this machine: streams come back through shared memory.
             shared = isinstance(executor, WorkerProcesses) and executor.shared
             run = functools.partial(run_chunks_shared, owner=os.getpid()) if shared else run_chunks

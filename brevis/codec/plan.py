@@ -42,7 +42,7 @@ from ..synth.planner import LZMA_CHUNK_BYTES, LZMA_MARGIN, TINY, Plan, Planner, 
 from ..synth.prior import Prior
 from ..synth.search import SearchResult
 from ..workers.pool import Pool, chunk_counts, ordered_map, ordered_pairs
-from ..workers.tasks import ChunkTask, LearnTask, run_learn
+from ..workers.tasks import ChunkTask, LearnTask, PlanTask, parse_program, run_learn, run_plan
 
 
 @dataclass(eq=False)
@@ -367,12 +367,17 @@ def program_text(program: Program) -> str:
 
 
 def plan_segments(files: list[PlannedFile], planner: Planner, pool: Pool, chunk_bytes: int,
-                  base: Base | None) -> Iterator[PlannedSegment]:
+                  base: Base | None, executor: Executor | None = None,
+                  ahead: int = 0) -> Iterator[PlannedSegment]:
     """Every segment of the plan in archive order, each once its program is
-    set; the searches run on the pool, a few segments ahead of the caller.
-    Families are claimed here, in archive order, so the plan is the same
-    for any number of threads. A file is opened (for sampling) on reaching
-    its first segment; the assembler closes it."""
+    set; the searches run on the pool, a few segments ahead of the caller,
+    or where `executor` is given (worker processes), there, `ahead` of them
+    at once (a segment coded against a base stays here: its base tensor is
+    this process's). Families are claimed here, in archive order, and a
+    follower waits for its leader's program wherever it is planned, so the
+    plan is the same for any number of threads or processes. A file is
+    opened (for sampling) on reaching its first segment; the assembler
+    closes it."""
 
     first_copy: dict[int, PlannedSegment] = {}  # a repeated region's number -> its first segment
 
@@ -391,16 +396,44 @@ def plan_segments(files: list[PlannedFile], planner: Planner, pool: Pool, chunk_
                 family, leader = planner.claim_family(info)  # in archive order: deterministic
                 yield ps, info, family, leader
 
+    prior = json.dumps(planner.prior.to_json()) if executor is not None else ""
+
+    def elsewhere(ps: PlannedSegment, info: SegmentInfo):
+        """Plan the segment in a worker: family -> its plan, as the planner here would make it."""
+        seg, f = ps.segment, ps.file.scanned
+        task = PlanTask(ps.file.path, seg.start, seg.length, seg.name, ps.type_name, seg.shape, seg.records,
+                        info.chunks, planner.effort.level, prior, info.parsed, info.lzma, f.identity(), seg.ranges)
+
+        def run(family) -> Plan:
+            if family is not None:
+                task_ = replace(task, family=(program_text(family.program), family.bytes_per_byte))
+            else:
+                task_ = task
+            text, stats, estimate, most = executor.submit(run_plan, task_).result()
+            return Plan(parse_program(text) if text else None, stats, estimate, most)
+        return run
+
     def plan(item) -> tuple[Plan, BaseTensor | None, str] | None:
         ps, info, family, leader = item
         if info is None:
             return None
         seg = ps.segment
         ref = base.match(ps.file.source.name, ps.file.scanned.tensor_key(seg), seg.dtype, seg.shape) if base else None
-        p = planner.plan(info, family, leader)
+        remote = elsewhere(ps, info) if executor is not None and info.reference is None else None
+        p = planner.plan(info, family, leader, remote)
         return p, ref, program_text(p.program) if p.program is not None else ""
 
-    for (ps, *_), planned in ordered_pairs(pool.executor, plan, items(), 2 * pool.threads):
+    if executor is None:
+        yield from _placed(ordered_pairs(pool.executor, plan, items(), 2 * pool.threads), first_copy, chunk_bytes)
+        return
+    # Planned elsewhere, these threads only wait: one for each plan in flight.
+    with Pool(max(2, ahead)) as waiting:
+        yield from _placed(ordered_pairs(waiting.executor, plan, items(), waiting.threads), first_copy, chunk_bytes)
+
+
+def _placed(pairs, first_copy: dict, chunk_bytes: int) -> Iterator[PlannedSegment]:
+    """Each planned segment with its plan set (on the caller's thread)."""
+    for (ps, *_), planned in pairs:
         if planned is None:  # the same bytes as an earlier segment: the same plan, so the same chunks
             first = first_copy[ps.segment.region]
             planned = first.plan, first.base, first.program_json

@@ -234,6 +234,15 @@ class _Family:
         self.bytes_per_byte = 0.0
 
 
+def published(program: Program, bytes_per_byte: float) -> _Family:
+    """A family whose leader's program is known (a follower planned in
+    another process gets it with its task)."""
+    family = _Family()
+    family.program, family.bytes_per_byte = program, bytes_per_byte
+    family.ready.set()
+    return family
+
+
 class Planner:
     def __init__(self, level: int = DEFAULT_EFFORT, prior: Prior | None = None):
         self.effort = effort(level)
@@ -299,11 +308,20 @@ class Planner:
             fam = self.families[key] = _Family()
             return fam, True
 
-    def plan(self, seg: SegmentInfo, family: _Family | None = None, leader: bool = False) -> Plan:
+    def plan(self, seg: SegmentInfo, family: _Family | None = None, leader: bool = False,
+             elsewhere: Callable[[_Family | None], Plan] | None = None) -> Plan:
         """The segment's program. A family's leader publishes its program
-        before its followers (waiting for it) go on, even when it fails."""
+        before its followers (waiting for it) go on, even when it fails.
+        `elsewhere(family)`: the plan made by another process's planner, given
+        the family as a follower sees it (None for a leader, or no family)."""
         try:
-            plan = self._plan(seg, family, leader)
+            if elsewhere is not None:
+                if family is not None and not leader:
+                    family.ready.wait()
+                plan = elsewhere(family if family is not None and not leader and family.program is not None
+                                 else None)
+            else:
+                plan = self._plan(seg, family, leader)
             if leader and family is not None and plan.program is not None:
                 family.program = plan.program
                 estimate = plan.estimate if plan.estimate is not None else plan.stats.get("estimate", 0)

@@ -171,6 +171,53 @@ def run_learn(task: LearnTask) -> tuple[str, float, int, int, bool, float | None
             result.exhausted, relative)
 
 
+@dataclass(frozen=True)
+class PlanTask:
+    """A segment to plan (sample, search or shortcut) in a worker, with the
+    prior learned for the checkpoint and, for a segment of a family, the
+    program its leader found."""
+
+    path: str  # the source file
+    offset: int  # where reads of the segment's value begin (Segment.start)
+    length: int
+    name: str
+    value_type: str  # as in ChunkTask
+    shape: tuple[int, ...] | None
+    records: tuple[tuple[int, int], ...] | None
+    chunks: int
+    effort: int
+    prior: str  # the prior's JSON text
+    parsed: bool
+    lzma: bool
+    identity: tuple[int, int, int, int] | None = None  # as in ChunkTask
+    ranges: tuple[tuple[int, int], ...] | None = None  # as in ChunkTask
+    family: tuple[str, float] | None = None  # the leader's program (JSON text) and its bytes per byte
+
+
+@lru_cache(maxsize=4)
+def _planner(effort: int, prior: str):
+    """One planner per prior in a worker: the prior is read once, and its
+    learned programs' trials share the worker's memo of estimates."""
+    from ..synth.planner import Planner
+    from ..synth.prior import Prior
+
+    return Planner(effort, Prior.from_json(json.loads(prior)))
+
+
+def run_plan(task: PlanTask) -> tuple[str, dict, float | None, int | None]:
+    """Plan one segment (in any process) as the planner of the main process
+    would: the program as JSON text, the plan's stats, estimate and chunk size."""
+    from ..synth.planner import SegmentInfo, published
+
+    info = SegmentInfo(task.name, parse_value_type(task.value_type), task.shape, task.length, task.chunks,
+                       lambda off, n: _read(task.path, task.offset + off, n, task.path, task.identity, task.ranges),
+                       task.records, parsed=task.parsed, lzma=task.lzma)
+    family = published(parse_program(task.family[0]), task.family[1]) if task.family else None
+    plan = _planner(task.effort, task.prior).plan(info, family)
+    text = json.dumps(plan.program.to_json()) if plan.program is not None else ""
+    return text, plan.stats, plan.estimate, plan.chunk_bytes
+
+
 def run_chunks(tasks: list[ChunkTask]) -> list[ChunkOutput]:
     """A batch of chunks: one round trip to a worker for several chunks."""
     return [run_chunk(t) for t in tasks]

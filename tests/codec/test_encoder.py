@@ -12,6 +12,7 @@ refused. And compress() returns the archive's path as given.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ import pytest
 
 import brevis
 from brevis.archive.reader import ArchiveReader
+from brevis.archive.schema import SearchKind
 from brevis.codec import encoder
 from brevis.codec.assembler import Assembler
 from brevis.codec.plan import lay_out, plan_segments, scan
@@ -76,6 +78,38 @@ def planned(sources: list[Source]):
     scanned = [scan(s) for s in sources]
     files = lay_out(scanned, CHUNK)
     return scanned, files, list(plan_segments(files, Planner(1), Pool(1), CHUNK, None))
+
+
+def test_segments_planned_elsewhere_get_the_plans_made_here(tmp_path):
+    """plan_segments with an executor (worker processes in compress; threads
+    here) runs each segment's planning in a task that carries the prior as
+    JSON and, for a family's follower, its leader's program: the plans are
+    the ones made on this process's pool, families and learned programs
+    included."""
+    rng = np.random.default_rng(4)
+    tensors = {f"layer{i}.mlp.weight": ("F16", (64, 256), (rng.standard_normal(64 * 256) * 0.02)
+                                        .astype(np.float16).tobytes()) for i in range(6)}
+    tensors["norm.weight"] = ("F32", (4096,), np.ones(4096, np.float32).tobytes())
+    tensors["head"] = ("F32", (300, 40), (rng.standard_normal(12000) * 0.1).astype(np.float32).tobytes())
+    write_safetensors(tmp_path / "m.safetensors", tensors)
+    sources = [Source("m.safetensors", tmp_path / "m.safetensors")]
+    learner = Planner(2)
+    scanned = [scan(s) for s in sources]
+    encoder._learn(learner, scanned, Pool(1), CHUNK)
+
+    def plans(executor):
+        files = lay_out([scan(s) for s in sources], CHUNK)
+        out = [(ps.segment.name, ps.program_json, ps.plan.stats, ps.plan.estimate, ps.plan.chunk_bytes)
+               for ps in plan_segments(files, Planner(2, learner.prior), Pool(1), CHUNK, None, executor, 3)]
+        for f in files:
+            f.scanned.close()
+        return out
+
+    here = plans(None)
+    with ThreadPoolExecutor(2) as ex:
+        assert plans(ex) == here
+    kinds = [stats.get("search") for _, _, stats, _, _ in here]
+    assert {SearchKind.FAMILY, SearchKind.LEARNED, SearchKind.SEARCH} <= set(kinds), kinds
 
 
 def test_the_skeleton_holds_every_file_segment_and_chunk_before_planning(tree):
