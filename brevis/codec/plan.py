@@ -25,7 +25,8 @@ import json
 import os
 import stat
 from collections import Counter
-from concurrent.futures import Executor
+from collections import deque
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
@@ -38,7 +39,7 @@ from ..archive.index import pieces
 from ..formats import Segment, discovery, layout, repeats
 from ..formats.gather import gather, gatherable, gather_tensors, gatherable_tensor
 from ..fs.sources import Source, check_identity, read_exactly
-from ..synth.planner import LZMA_CHUNK_BYTES, LZMA_MARGIN, TINY, Plan, Planner, SegmentInfo, lzma_wins
+from ..synth.planner import LZMA_CHUNK_BYTES, LZMA_MARGIN, TINY, Plan, Planner, SegmentInfo, lzma_wins, publish
 from ..synth.prior import Prior
 from ..synth.search import SearchResult
 from ..workers.pool import Pool, chunk_counts, ordered_map, ordered_pairs
@@ -396,39 +397,72 @@ def plan_segments(files: list[PlannedFile], planner: Planner, pool: Pool, chunk_
                 family, leader = planner.claim_family(info)  # in archive order: deterministic
                 yield ps, info, family, leader
 
-    prior = json.dumps(planner.prior.to_json()) if executor is not None else ""
-
-    def elsewhere(ps: PlannedSegment, info: SegmentInfo):
-        """Plan the segment in a worker: family -> its plan, as the planner here would make it."""
-        seg, f = ps.segment, ps.file.scanned
-        task = PlanTask(ps.file.path, seg.start, seg.length, seg.name, ps.type_name, seg.shape, seg.records,
-                        info.chunks, planner.effort.level, prior, info.parsed, info.lzma, f.identity(), seg.ranges)
-
-        def run(family) -> Plan:
-            if family is not None:
-                task_ = replace(task, family=(program_text(family.program), family.bytes_per_byte))
-            else:
-                task_ = task
-            text, stats, estimate, most = executor.submit(run_plan, task_).result()
-            return Plan(parse_program(text) if text else None, stats, estimate, most)
-        return run
-
     def plan(item) -> tuple[Plan, BaseTensor | None, str] | None:
         ps, info, family, leader = item
         if info is None:
             return None
+        p = planner.plan(info, family, leader)
+        return p, reference(ps), program_text(p.program) if p.program is not None else ""
+
+    def reference(ps: PlannedSegment) -> BaseTensor | None:
         seg = ps.segment
-        ref = base.match(ps.file.source.name, ps.file.scanned.tensor_key(seg), seg.dtype, seg.shape) if base else None
-        remote = elsewhere(ps, info) if executor is not None and info.reference is None else None
-        p = planner.plan(info, family, leader, remote)
-        return p, ref, program_text(p.program) if p.program is not None else ""
+        return base.match(ps.file.source.name, ps.file.scanned.tensor_key(seg), seg.dtype, seg.shape) if base else None
 
     if executor is None:
-        yield from _placed(ordered_pairs(pool.executor, plan, items(), 2 * pool.threads), first_copy, chunk_bytes)
-        return
-    # Planned elsewhere, these threads only wait: one for each plan in flight.
-    with Pool(max(2, ahead)) as waiting:
-        yield from _placed(ordered_pairs(waiting.executor, plan, items(), waiting.threads), first_copy, chunk_bytes)
+        pairs = ordered_pairs(pool.executor, plan, items(), 2 * pool.threads)
+    else:
+        pairs = _planned_elsewhere(items(), plan, planner, executor, max(1, ahead))
+    yield from _placed(pairs, first_copy, chunk_bytes)
+
+
+def _planned_elsewhere(items, plan, planner: Planner, executor: Executor, ahead: int):
+    """(item, plan_segments' plan of it) in order, each segment planned by
+    a worker (tasks.run_plan), `ahead` at once; a segment coded against a
+    base is planned here (`plan`). Jobs are submitted from this thread
+    only: a worker process started by a submit is tied to the submitting
+    thread (its death signal, processes.py). A family's follower is sent
+    once its leader's plan is back, with the leader's program."""
+    prior = json.dumps(planner.prior.to_json())
+    pending: deque = deque()
+
+    def finish():
+        item, job = pending.popleft()
+        ps, info, family, leader = item
+        if not isinstance(job, Future):
+            return item, job
+        result = None
+        try:
+            text, stats, estimate, most = job.result()
+            result = Plan(parse_program(text) if text else None, stats, estimate, most)
+            return item, (result, None, text)
+        finally:
+            if leader and family is not None:
+                publish(family, result, info)
+
+    try:
+        for item in items:
+            ps, info, family, leader = item
+            while family is not None and not leader and not family.ready.is_set() and pending:
+                yield finish()  # up to its leader, which came before
+            if info is None or info.reference is not None:
+                job = plan(item)
+            else:
+                seg, f = ps.segment, ps.file.scanned
+                follows = (family is not None and not leader and family.program is not None)
+                task = PlanTask(ps.file.path, seg.start, seg.length, seg.name, ps.type_name, seg.shape,
+                                seg.records, info.chunks, planner.effort.level, prior, info.parsed, info.lzma,
+                                f.identity(), seg.ranges,
+                                (program_text(family.program), family.bytes_per_byte) if follows else None)
+                job = executor.submit(run_plan, task)
+            pending.append((item, job))
+            if len(pending) >= ahead:
+                yield finish()
+        while pending:
+            yield finish()
+    finally:
+        for _, job in pending:
+            if isinstance(job, Future):
+                job.cancel()
 
 
 def _placed(pairs, first_copy: dict, chunk_bytes: int) -> Iterator[PlannedSegment]:

@@ -234,6 +234,15 @@ class _Family:
         self.bytes_per_byte = 0.0
 
 
+def publish(family: _Family, plan: Plan | None, seg: SegmentInfo) -> None:
+    """The leader's plan (None: it failed) made known to its family's followers."""
+    if plan is not None and plan.program is not None:
+        family.program = plan.program
+        estimate = plan.estimate if plan.estimate is not None else plan.stats.get("estimate", 0)
+        family.bytes_per_byte = estimate / seg.length
+    family.ready.set()
+
+
 def published(program: Program, bytes_per_byte: float) -> _Family:
     """A family whose leader's program is known (a follower planned in
     another process gets it with its task)."""
@@ -308,28 +317,16 @@ class Planner:
             fam = self.families[key] = _Family()
             return fam, True
 
-    def plan(self, seg: SegmentInfo, family: _Family | None = None, leader: bool = False,
-             elsewhere: Callable[[_Family | None], Plan] | None = None) -> Plan:
+    def plan(self, seg: SegmentInfo, family: _Family | None = None, leader: bool = False) -> Plan:
         """The segment's program. A family's leader publishes its program
-        before its followers (waiting for it) go on, even when it fails.
-        `elsewhere(family)`: the plan made by another process's planner, given
-        the family as a follower sees it (None for a leader, or no family)."""
+        before its followers (waiting for it) go on, even when it fails."""
+        plan = None
         try:
-            if elsewhere is not None:
-                if family is not None and not leader:
-                    family.ready.wait()
-                plan = elsewhere(family if family is not None and not leader and family.program is not None
-                                 else None)
-            else:
-                plan = self._plan(seg, family, leader)
-            if leader and family is not None and plan.program is not None:
-                family.program = plan.program
-                estimate = plan.estimate if plan.estimate is not None else plan.stats.get("estimate", 0)
-                family.bytes_per_byte = estimate / seg.length
+            plan = self._plan(seg, family, leader)
             return plan
         finally:
             if leader and family is not None:
-                family.ready.set()
+                publish(family, plan, seg)
 
     def _plan(self, seg: SegmentInfo, family: _Family | None, leader: bool) -> Plan:
         plan = self._choose(seg, family, leader)
