@@ -43,7 +43,7 @@ from ..synth.planner import LZMA_CHUNK_BYTES, LZMA_MARGIN, TINY, Plan, Planner, 
 from ..synth.prior import Prior
 from ..synth.search import SearchResult
 from ..workers.pool import Pool, chunk_counts, ordered_map, ordered_pairs
-from ..workers.tasks import ChunkTask, LearnTask, PlanTask, parse_program, run_learn, run_plan
+from ..workers.tasks import ChunkTask, PlanTask, SegmentTask, parse_program, run_learn, run_plan
 
 
 @dataclass(eq=False)
@@ -449,9 +449,9 @@ def _planned_elsewhere(items, plan, planner: Planner, executor: Executor, ahead:
             else:
                 seg, f = ps.segment, ps.file.scanned
                 follows = (family is not None and not leader and family.program is not None)
-                task = PlanTask(ps.file.path, seg.start, seg.length, seg.name, ps.type_name, seg.shape,
-                                seg.records, info.chunks, planner.effort.level, prior, info.parsed, info.lzma,
-                                f.identity(), seg.ranges,
+                segment = SegmentTask(ps.file.path, seg.start, seg.length, seg.name, ps.type_name, seg.shape,
+                                      seg.records, info.chunks, planner.effort.level, f.identity(), seg.ranges)
+                task = PlanTask(segment, prior, info.parsed, info.lzma,
                                 (program_text(family.program), family.bytes_per_byte) if follows else None)
                 job = executor.submit(run_plan, task)
             pending.append((item, job))
@@ -508,10 +508,10 @@ def _learn(planner: Planner, scanned: list[ScannedFile], pool: Pool, chunk_bytes
         if executor is None or base is not None:
             return planner.learn(infos, lambda fn, xs: pool.ordered_map(fn, xs))
 
-        def task(info: SegmentInfo) -> LearnTask:
+        def task(info: SegmentInfo) -> SegmentTask:
             f, seg = places[id(info)]
-            return LearnTask(str(f.source.path), seg.start, seg.length, seg.name, str(info.t), seg.shape,
-                             seg.records, info.chunks, planner.effort.level, seg.ranges)
+            return SegmentTask(str(f.source.path), seg.start, seg.length, seg.name, str(info.t), seg.shape,
+                               seg.records, info.chunks, planner.effort.level, f.identity(), seg.ranges)
 
         def searched(_, chosen):
             tasks = [task(info) for info in chosen]

@@ -140,42 +140,9 @@ def run_chunk(task: ChunkTask) -> ChunkOutput:
 
 
 @dataclass(frozen=True)
-class LearnTask:
-    """A representative tensor for learning the prior: the wide search on
-    its sample runs in a worker while the others run in the rest."""
-
-    path: str  # the source file
-    offset: int  # of the segment in the file
-    length: int
-    name: str
-    value_type: str  # as in ChunkTask
-    shape: tuple[int, ...] | None
-    records: tuple[tuple[int, int], ...] | None
-    chunks: int
-    effort: int
-    ranges: tuple[tuple[int, int], ...] | None = None  # as in ChunkTask
-
-
-def run_learn(task: LearnTask) -> tuple[str, float, int, int, bool, float | None]:
-    """The learning search on one tensor (in any process): the winning
-    program as JSON text (hashes of operators are per process, so programs
-    cross as text), its estimate, nodes expanded and generated, whether a
-    limit was hit, and its estimate relative to the entropy."""
-    from ..synth.planner import Planner, SegmentInfo
-
-    info = SegmentInfo(task.name, parse_value_type(task.value_type), task.shape, task.length, task.chunks,
-                       lambda off, n: _read(task.path, task.offset + off, n, task.path, ranges=task.ranges),
-                       task.records)
-    result, relative = Planner(task.effort).learn_one(info)
-    return (json.dumps(result.program.to_json()), result.estimate, result.expanded, result.generated,
-            result.exhausted, relative)
-
-
-@dataclass(frozen=True)
-class PlanTask:
-    """A segment to plan (sample, search or shortcut) in a worker, with the
-    prior learned for the checkpoint and, for a segment of a family, the
-    program its leader found."""
+class SegmentTask:
+    """A segment as a worker samples it: learning's wide search on a
+    representative tensor (run_learn), or planning (run_plan)."""
 
     path: str  # the source file
     offset: int  # where reads of the segment's value begin (Segment.start)
@@ -186,11 +153,41 @@ class PlanTask:
     records: tuple[tuple[int, int], ...] | None
     chunks: int
     effort: int
-    prior: str  # the prior's JSON text
-    parsed: bool
-    lzma: bool
     identity: tuple[int, int, int, int] | None = None  # as in ChunkTask
     ranges: tuple[tuple[int, int], ...] | None = None  # as in ChunkTask
+
+    def info(self, parsed: bool = False, lzma: bool = True):
+        """The planner's view of the segment, its bytes read from the file."""
+        from ..synth.planner import SegmentInfo
+
+        return SegmentInfo(self.name, parse_value_type(self.value_type), self.shape, self.length, self.chunks,
+                           lambda off, n: _read(self.path, self.offset + off, n, self.path, self.identity,
+                                                self.ranges),
+                           self.records, parsed=parsed, lzma=lzma)
+
+
+def run_learn(task: SegmentTask) -> tuple[str, float, int, int, bool, float | None]:
+    """The learning search on one tensor (in any process): the winning
+    program as JSON text (hashes of operators are per process, so programs
+    cross as text), its estimate, nodes expanded and generated, whether a
+    limit was hit, and its estimate relative to the entropy."""
+    from ..synth.planner import Planner
+
+    result, relative = Planner(task.effort).learn_one(task.info())
+    return (json.dumps(result.program.to_json()), result.estimate, result.expanded, result.generated,
+            result.exhausted, relative)
+
+
+@dataclass(frozen=True)
+class PlanTask:
+    """A segment to plan (sample, search or shortcut) in a worker, with the
+    prior learned for the checkpoint and, for a segment of a family, the
+    program its leader found."""
+
+    segment: SegmentTask
+    prior: str  # the prior's JSON text
+    parsed: bool  # as in SegmentInfo
+    lzma: bool
     family: tuple[str, float] | None = None  # the leader's program (JSON text) and its bytes per byte
 
 
@@ -207,13 +204,10 @@ def _planner(effort: int, prior: str):
 def run_plan(task: PlanTask) -> tuple[str, dict, float | None, int | None]:
     """Plan one segment (in any process) as the planner of the main process
     would: the program as JSON text, the plan's stats, estimate and chunk size."""
-    from ..synth.planner import SegmentInfo, published
+    from ..synth.planner import published
 
-    info = SegmentInfo(task.name, parse_value_type(task.value_type), task.shape, task.length, task.chunks,
-                       lambda off, n: _read(task.path, task.offset + off, n, task.path, task.identity, task.ranges),
-                       task.records, parsed=task.parsed, lzma=task.lzma)
     family = published(parse_program(task.family[0]), task.family[1]) if task.family else None
-    plan = _planner(task.effort, task.prior).plan(info, family)
+    plan = _planner(task.segment.effort, task.prior).plan(task.segment.info(task.parsed, task.lzma), family)
     text = json.dumps(plan.program.to_json()) if plan.program is not None else ""
     return text, plan.stats, plan.estimate, plan.chunk_bytes
 
