@@ -27,7 +27,8 @@ def _interrupted_while_importing(signum, frame):
 # second), before main() has its handlers: one line and exit 130, not a
 # traceback. Only for the `brevis` command, whose script imports this
 # module first (python -m brevis: see __main__.py); nothing is started yet.
-_GUARD_IMPORTS = (os.path.basename(sys.argv[0] if sys.argv else "") == "brevis"
+_SCRIPT = os.path.basename(sys.argv[0]) if sys.argv else ""
+_GUARD_IMPORTS = (_SCRIPT == "brevis"
                   and threading.current_thread() is threading.main_thread()
                   and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
 if _GUARD_IMPORTS:
@@ -39,8 +40,7 @@ if _GUARD_IMPORTS:
 # a core from its own threads and worker processes (which inherit this).
 # Only for the command, before numpy is imported: a library caller's process
 # keeps its own setting.
-_COMMAND = bool(sys.argv) and (os.path.basename(sys.argv[0]) == "brevis"
-                               or sys.argv[0].endswith(os.path.join("brevis", "__main__.py")))
+_COMMAND = _SCRIPT == "brevis" or bool(sys.argv) and sys.argv[0].endswith(os.path.join("brevis", "__main__.py"))
 if _COMMAND and "numpy" not in sys.modules:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 

@@ -427,7 +427,7 @@ def _planned_elsewhere(items, plan, planner: Planner, executor: Executor, ahead:
 
     def finish():
         item, job = pending.popleft()
-        ps, info, family, leader = item
+        _, info, family, leader = item
         if not isinstance(job, Future):
             return item, job
         result = None
