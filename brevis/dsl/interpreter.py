@@ -10,6 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import FormatError
+from .entropy import batchable, decode_batch
 from .operator import Coder, Operator
 from .program import Program
 from .types import Field
@@ -109,6 +110,34 @@ def _decode(program: Program, t: Field, n: int, streams, cursor: list[int], refe
         value = _decode(program.children[i], types[i], count, streams, cursor)
         decoded[0] += 1
         return value
+
+    def many(first: int, counts: Sequence[int]) -> list[np.ndarray]:
+        # Children first, first + 1, ... at once: those one `ans` leaf codes
+        # decode in one call (decode_batch), which releases the GIL once
+        # and interleaves their blocks; the others as read() does.
+        if first != decoded[0]:
+            raise FormatError(f"{node.id} read child {first} out of order")
+        values: list = []
+        batch = []
+        for i, count in enumerate(counts, first):
+            if count < 0:
+                raise FormatError(f"{node.id}: negative length")
+            child, ct = program.children[i], types[i]
+            if count and isinstance(child.node, Coder) and batchable(child.node, ct, None):
+                if cursor[0] >= len(streams):
+                    raise FormatError("program needs more streams than stored")
+                out = np.empty(count, ct.container)
+                batch.append((memoryview(streams[cursor[0]]), count, ct, out))
+                cursor[0] += 1
+                values.append(out)
+            else:
+                values.append(_decode(child, ct, count, streams, cursor))
+        if batch:
+            decode_batch(batch)
+        decoded[0] += len(values)
+        return values
+
+    read.many = many
 
     if out is not None:  # the root of a chunk: into the chunk's place
         return node.inverse_into(n, t, read, reference, out)

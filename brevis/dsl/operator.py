@@ -22,6 +22,16 @@ from .types import Field
 ReadChild = Callable[[int, int], np.ndarray]
 
 
+def read_children(read: ReadChild, first: int, counts) -> list[np.ndarray]:
+    """read(first, counts[0]), read(first + 1, counts[1]), ...: at once where
+    the interpreter offers it (read.many: the children coded by one leaf
+    decode in one call), for an inverse that holds them all together anyway."""
+    many = getattr(read, "many", None)
+    if many is not None:
+        return many(first, counts)
+    return [read(i, count) for i, count in enumerate(counts, first)]
+
+
 class Production:
     id: ClassVar[str]
     # Config keys and the Python types their values must have.

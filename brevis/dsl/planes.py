@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .operator import Operator, register
+from .operator import Operator, read_children, register
 from .types import Field
 
 try:
@@ -43,7 +43,7 @@ class BytePlanes(Operator):
 
     def inverse(self, n, t, read, out=None):
         size = t.container.itemsize
-        planes = [read(i, n) for i in range(len(self.child_types(t)))]
+        planes = read_children(read, 0, [n] * len(self.child_types(t)))
         if _layout is not None and size in (1, 2, 4, 8):  # one write a word, in C
             out = np.empty(n, t.container) if out is None else out
             _layout.interleave([np.ascontiguousarray(p, dtype=np.uint8) for p in planes], out)

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..errors import FormatError, ProgramError
 from .fields import _check_ranges, _join, _split, check_tiling
-from .operator import Operator, register
+from .operator import Operator, read_children, register
 from .types import Field
 
 try:
@@ -238,7 +238,7 @@ class Partition(Operator):
                 totals = _layout.classify(np.ascontiguousarray(context), self._class_table(types[0].bits), cls)
             except ValueError as e:
                 raise FormatError(f"partition: {e}") from None
-            parts = [np.ascontiguousarray(read(j + 1, count), dtype=rest_type) for j, count in enumerate(totals[:k])]
+            parts = [np.ascontiguousarray(part, dtype=rest_type) for part in read_children(read, 1, totals[:k])]
             # Each element's class part and context put together into its word at once.
             out = np.empty(n, t.container) if out is None else out
             _layout.scatter_join(cls, parts, [tuple(r) for r in self._config["rest"]], np.ascontiguousarray(context),

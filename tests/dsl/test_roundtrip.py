@@ -876,6 +876,41 @@ def test_partition_across_blocks(classes):
     assert as_bytes(out) == as_bytes(x)
 
 
+def _siblings_case(kind: str) -> tuple[Program, np.ndarray, Field]:
+    """A program whose operator reads its children together (read_children):
+    `ans` leaves among others, as the search writes them."""
+    rng = np.random.default_rng(7)
+    n = 5000
+    if kind == "partition":
+        t = tensor(DTYPES["F32"])
+        x = (rng.integers(0, 1 << 23, n).astype(np.uint32) | (rng.integers(120, 128, n).astype(np.uint32) << np.uint32(23)))
+        op = Partition(context=[[23, 8]], rest=[[31, 1], [0, 23]], classes=[[124], [123], [125]])
+        kids = [Program.leaf(Ans()), Program.leaf(Ans()), Program.op(BytePlanes(), *[Program.leaf(Raw())] * 3),
+                Program.leaf(Zstd.at_level(1)), Program.leaf(Ans())]
+        return Program.op(op, *kids), x, t
+    t = tensor(DTYPES["BF16"])
+    x = rng.normal(0, 0.05, n).astype(np.float32).view(np.uint32) >> np.uint32(16)
+    return Program.op(BytePlanes(), Program.leaf(Ans()), Program.leaf(Ans())), x.astype(np.uint16), t
+
+
+@pytest.mark.parametrize("kind", ["partition", "byte_planes"])
+def test_children_read_together_decode_as_read_one_by_one(kind):
+    """The interpreter's read.many (the `ans` children in one call) gives
+    what reading each child alone gives; a stream among them cut short is
+    a FormatError."""
+    from brevis.dsl import decode
+
+    program, x, t = _siblings_case(kind)
+    streams = [memoryview(s) for s in encode(program, x, t)]
+    assert as_bytes(decode(program, t, len(x), streams)) == as_bytes(x)
+    if all(isinstance(c.node, Coder) for c in program.children):  # read one by one, without read.many
+        values = [c.node.decode(s, len(v), ct) for c, s, v, ct in
+                  zip(program.children, streams, program.node.forward(x, t), program.node.child_types(t))]
+        assert as_bytes(program.node.inverse(len(x), t, lambda i, m: values[i][:m])) == as_bytes(x)
+    with pytest.raises(FormatError):  # the last `ans` stream cut short
+        decode(program, t, len(x), streams[:-1] + [streams[-1][:len(streams[-1]) // 2]])
+
+
 @pytest.mark.parametrize("config", [dict(preset=10, lc=3, lp=0, pb=2), dict(preset=6, lc=3, lp=2, pb=2),
                                     dict(preset=6, lc=5, lp=0, pb=2), dict(preset=6, lc=0, lp=0, pb=5),
                                     dict(preset=-1, lc=0, lp=0, pb=0)])
