@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import FormatError, NotApplicable, ProgramError
-from .operator import Operator, register
+from .operator import Operator, read_child_into, register
 from .types import Field
 
 try:
@@ -47,6 +47,11 @@ def _running(y: np.ndarray, t: Field, stride: int, xor: bool) -> np.ndarray:
     return y
 
 
+def _child_in(read, n: int, t: Field, out: np.ndarray) -> np.ndarray:
+    """The one child (a field of t's width, so of t's container) read into `out`."""
+    return read_child_into(read, 0, n, out)
+
+
 class _Strided(Operator):
     params = {"stride": int}
 
@@ -77,9 +82,12 @@ class Delta(_Strided):
             np.subtract(x[s:], x[:-s], out=y[s:], casting="unsafe")  # no temporary
         return [_mask(y, t.bits)]
 
-    def inverse(self, n, t, read):
-        if _layout is not None:  # one pass in C, in place
-            return _mask(_running(read(0, n), t, self._config["stride"], False), t.bits)
+    writes_into = True
+
+    def inverse(self, n, t, read, out=None):
+        if _layout is not None:  # one pass in C, in place (in `out`, where the child decodes into it)
+            y = read(0, n) if out is None else _child_in(read, n, t, out)
+            return _mask(_running(y, t, self._config["stride"], False), t.bits)
         lanes, n = _columns(read(0, n), self._config["stride"])
         out = np.cumsum(lanes, axis=0, dtype=t.container).reshape(-1)[:n]
         return _mask(out, t.bits)
@@ -102,9 +110,12 @@ class XorDelta(_Strided):
             np.bitwise_xor(x[s:], x[:-s], out=y[s:], casting="unsafe")  # no temporary
         return [y]
 
-    def inverse(self, n, t, read):
-        if _layout is not None:  # one pass in C, in place
-            return _running(read(0, n), t, self._config["stride"], True)
+    writes_into = True
+
+    def inverse(self, n, t, read, out=None):
+        if _layout is not None:  # one pass in C, in place (in `out`, where the child decodes into it)
+            y = read(0, n) if out is None else _child_in(read, n, t, out)
+            return _running(y, t, self._config["stride"], True)
         lanes, n = _columns(read(0, n).astype(t.container, copy=False), self._config["stride"])
         return np.bitwise_xor.accumulate(lanes, axis=0).reshape(-1)[:n]
 

@@ -93,6 +93,9 @@ def _decode(program: Program, t: Field, n: int, streams, cursor: list[int], refe
             raise FormatError("program needs more streams than stored")
         data = streams[cursor[0]]
         cursor[0] += 1
+        if out is not None:
+            node.decode_into(data, n, t, out)
+            return out
         return node.decode(data, n, t)
     assert isinstance(node, Operator)
     types = node.child_types(t)
@@ -108,6 +111,17 @@ def _decode(program: Program, t: Field, n: int, streams, cursor: list[int], refe
         if count < 0:
             raise FormatError(f"{node.id}: negative length")
         value = _decode(program.children[i], types[i], count, streams, cursor)
+        decoded[0] += 1
+        return value
+
+    def into(i: int, count: int, place: np.ndarray) -> np.ndarray:
+        # Child i decoded in `place` (count elements of its container), by
+        # its leaf or its root operator where they write into a place.
+        if i != decoded[0]:
+            raise FormatError(f"{node.id} read child {i} out of order")
+        if count != len(place) or place.dtype != types[i].container:
+            raise FormatError(f"{node.id}: child {i} does not fit its place")
+        value = _decode(program.children[i], types[i], count, streams, cursor, None, place)
         decoded[0] += 1
         return value
 
@@ -138,6 +152,7 @@ def _decode(program: Program, t: Field, n: int, streams, cursor: list[int], refe
         return values
 
     read.many = many
+    read.into = into
 
     if out is not None:  # the root of a chunk: into the chunk's place
         return node.inverse_into(n, t, read, reference, out)

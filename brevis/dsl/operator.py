@@ -22,6 +22,17 @@ from .types import Field
 ReadChild = Callable[[int, int], np.ndarray]
 
 
+def read_child_into(read: ReadChild, i: int, count: int, place: np.ndarray) -> np.ndarray:
+    """read(i, count), its elements in `place` (count elements of the
+    child's container, writable): decoded there where the interpreter
+    offers it (read.into), else copied there. Returns place."""
+    into = getattr(read, "into", None)
+    if into is not None:
+        return into(i, count, place)
+    place[:] = read(i, count)
+    return place
+
+
 def read_children(read: ReadChild, first: int, counts) -> list[np.ndarray]:
     """read(first, counts[0]), read(first + 1, counts[1]), ...: at once where
     the interpreter offers it (read.many: the children coded by one leaf

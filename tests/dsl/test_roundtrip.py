@@ -911,6 +911,22 @@ def test_children_read_together_decode_as_read_one_by_one(kind):
         decode(program, t, len(x), streams[:-1] + [streams[-1][:len(streams[-1]) // 2]])
 
 
+@pytest.mark.parametrize("op", [Delta(stride=1), Delta(stride=7), XorDelta(stride=3)], ids=lambda o: o.id)
+@pytest.mark.parametrize("leaf", [Ans(), Raw()], ids=lambda c: c.id)
+def test_running_sums_decode_in_their_place(op, leaf):
+    """A delta's child decodes straight into the chunk's place (read_child_into),
+    an unaligned one too (an ONNX tensor at an odd offset), and comes back whole."""
+    from brevis.dsl import decode
+
+    t = tensor(DTYPES["F32"])
+    x = np.random.default_rng(3).normal(0, 1, 3001).astype(np.float32).view(np.uint32)
+    program = Program.op(op, Program.leaf(leaf))
+    streams = [memoryview(s) for s in encode(program, x, t)]
+    place = np.zeros(4 * len(x) + 1, np.uint8)[1:].view(np.uint32)  # unaligned
+    assert decode(program, t, len(x), streams, out=place) is place
+    assert as_bytes(place) == as_bytes(x)
+
+
 @pytest.mark.parametrize("config", [dict(preset=10, lc=3, lp=0, pb=2), dict(preset=6, lc=3, lp=2, pb=2),
                                     dict(preset=6, lc=5, lp=0, pb=2), dict(preset=6, lc=0, lp=0, pb=5),
                                     dict(preset=-1, lc=0, lp=0, pb=0)])
