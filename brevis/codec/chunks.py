@@ -366,8 +366,8 @@ class IntoMemory:
 
     keeps_going = False
 
-    def __init__(self, size: int):
-        self.data = np.empty(size, np.uint8)
+    def __init__(self, data: np.ndarray):
+        self.data = data  # writable uint8, the file's size (heap.output_buffers)
 
     def open(self) -> np.ndarray:
         return self.data

@@ -23,7 +23,7 @@ from ..fs.atomic import io_failure, make_temp, remove_stale
 from ..errors import FormatError, InvalidArgument, IOFailure, OutputExists
 from ..fs.atomic import move_new
 from ..fs.staging import check_inside, finish_stage, make_dirs, move_into_place, remove_tree, stage_parent
-from ..workers.heap import keep_freed_memory
+from ..workers.heap import keep_freed_memory, output_buffers
 from .chunks import ChunkDecoder, Executing, IntoMemory, Progress, WriteInPlace, executing, on_threads, run_jobs
 
 
@@ -95,7 +95,7 @@ def unpack(archive, *, threads: int = 1, base=None, progress: Progress = None) -
         how = on_threads(reader.index, threads)
         decoder = ChunkDecoder(reader, base)
         files = reader.index.files
-        sinks = [IntoMemory(f.size) for f in files]
+        sinks = [IntoMemory(data) for data in output_buffers([f.size for f in files])]
         with closing(run_jobs(decoder, sinks.__getitem__, how)) as results:
             for _, (done, _) in results:
                 if progress:
