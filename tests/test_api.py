@@ -384,3 +384,45 @@ def test_verify_reports_missing_and_extra_source_files(bigger, tmp_path):
     report = brevis.verify(archive, [src])
     assert not report["ok"]
     assert {p["file"] for p in report["problems"]} == {"config.json", "extra.txt"}
+
+
+def test_unpack_makes_its_output_while_the_index_is_checked(tmp_path, monkeypatch):
+    """Where the index and the output are large enough (here: any), unpack
+    makes its buffers from the index as parsed and faults them in on a
+    thread while the index is checked; the bytes are the same, and where
+    the checks fail the thread is stopped and nothing is returned."""
+    import threading
+
+    from brevis.archive import index as index_module
+    from brevis.codec import decoder
+    from brevis.errors import FormatError
+    from brevis.workers import heap
+
+    monkeypatch.setattr(decoder, "EARLY_BYTES", 0)
+    monkeypatch.setattr(decoder, "EARLY_INDEX", 0)
+    started = []
+    real = heap.populate
+    monkeypatch.setattr(decoder, "populate", lambda bufs: started.append(len(bufs)) or real(bufs))
+    rng = np.random.default_rng(2)
+    src = tmp_path / "m"
+    src.mkdir()
+    (src / "a.bin").write_bytes(rng.integers(0, 255, 300_000, dtype=np.uint8).tobytes())
+    (src / "b.npy").write_bytes(rng.standard_normal(50_000).astype(np.float32).tobytes())
+    archive = tmp_path / "m.brv"
+    brevis.compress(src, archive)
+    data = archive.read_bytes()
+    reader_module = __import__("brevis.archive.reader", fromlist=["_last_index"])
+    monkeypatch.setattr(reader_module, "_last_index", None)  # the index read afresh
+    got = brevis.unpack(data, threads=2)
+    assert started == [2]
+    assert bytes(got["a.bin"]) == (src / "a.bin").read_bytes() and bytes(got["b.npy"]) == (src / "b.npy").read_bytes()
+
+    def refuse(*a, **k):
+        raise FormatError("refused")
+
+    monkeypatch.setattr(reader_module, "_last_index", None)
+    monkeypatch.setattr(index_module.Index, "from_json", staticmethod(refuse))
+    with pytest.raises(FormatError, match="refused"):
+        brevis.unpack(data, threads=2)
+    assert started == [2, 2]
+    assert not [t for t in threading.enumerate() if t.name == "brevis-populate"]

@@ -46,10 +46,15 @@ MEMORY = Path("<memory>")  # the path an archive held in memory goes by in messa
 class ArchiveReader:
     """An archive's index, and its chunks decoded and checked. `data`: the
     archive's bytes, held in memory by the caller (any contiguous buffer),
-    read without a copy; `path` then only names it in messages."""
+    read without a copy; `path` then only names it in messages.
+    `unchecked(value, length)`: called with the index's JSON value as
+    parsed and the length of its text, before its checks (where the index
+    is read, not found read already): work the checked index will confirm
+    may start there, trusting nothing in it."""
 
-    def __init__(self, path: Path, data=None):
+    def __init__(self, path: Path, data=None, unchecked=None):
         self.path = Path(path)
+        self._unchecked = unchecked
         self.on_close: list = []  # callbacks run when the reader closes
         self.buffer: memoryview | None = None
         self.fd = -1
@@ -101,6 +106,8 @@ class ArchiveReader:
                 obj = json.loads(raw.decode("ascii"))
             except (UnicodeDecodeError, ValueError, RecursionError):
                 raise FormatError("index is not valid JSON") from None
+            if self._unchecked is not None:
+                self._unchecked(obj, len(raw))
             index = Index.from_json(obj, HEADER_SIZE, self.footer.index_offset)
             entries = count_entries(index)
             if entries > max_entries(self.size):

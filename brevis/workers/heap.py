@@ -13,7 +13,10 @@ is the same, the process returns that memory later or at exit.
 
 from __future__ import annotations
 
+import mmap
 import sys
+import threading
+from typing import Callable
 
 import numpy as np
 
@@ -39,8 +42,11 @@ def keep_freed_memory() -> None:
         pass
 
 
+PAGE = mmap.PAGESIZE
 HUGE_PAGE = 2 << 20  # x86-64's and arm64's (4 KiB pages) transparent huge page
 MADV_HUGEPAGE = 14  # Linux's
+MADV_POPULATE_WRITE = 23  # Linux's, from 5.14: fault pages in, writable, as a write would
+POPULATE_STEP = 8 << 20  # bytes a call populates before looking whether to stop
 NUMPY_ADVISES = 4 << 20  # numpy advises its arrays of this many bytes or more for huge pages
 _madvise = None  # libc's madvise, once looked up (False: none)
 
@@ -90,3 +96,42 @@ def _advise_ready() -> bool:
             except (OSError, AttributeError):
                 pass
     return _madvise is not False
+
+
+def populate(buffers: list[np.ndarray]) -> Callable[[], None]:
+    """Fault the buffers' pages in on a thread of their own (madvise
+    MADV_POPULATE_WRITE, the largest buffer first, POPULATE_STEP at a time,
+    each step without the GIL) until done or told to stop: the returned
+    function stops it and waits for the step under way. The kernel zeroes
+    each page it gives a process, about 0.35 ms a MB on this project's
+    machine; done while the calling thread checks an archive's index, it
+    is not done later by the threads that decode. A step's end waits for
+    the GIL, which the checks hold: about one step runs before they end.
+    Nothing where the kernel does not populate (before Linux 5.14, other
+    systems): the pages are faulted by their first write, as before."""
+    if not buffers or not _advise_ready():
+        return _nothing
+    stop = threading.Event()
+
+    def run() -> None:
+        for b in sorted(buffers, key=len, reverse=True):
+            at, end = b.ctypes.data, b.ctypes.data + len(b)
+            at -= at % PAGE
+            while at < end and not stop.is_set():
+                n = min(POPULATE_STEP, end - at)
+                if _madvise(at, n, MADV_POPULATE_WRITE):
+                    return  # not supported (or no memory: the writes will fault)
+                at += n
+
+    worker = threading.Thread(target=run, name="brevis-populate", daemon=True)
+    worker.start()
+
+    def halt() -> None:
+        stop.set()
+        worker.join()
+
+    return halt
+
+
+def _nothing() -> None:
+    pass

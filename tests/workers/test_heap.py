@@ -31,3 +31,15 @@ def test_small_files_share_a_buffer_from_a_huge_page_boundary():
     assert shared is not None and bufs[1].base is shared and bufs[2].base is not shared
     assert bufs[0].ctypes.data % heap.HUGE_PAGE == 0
     assert bufs[1].ctypes.data == bufs[0].ctypes.data + sizes[0]
+
+
+def test_populate_faults_buffers_in_and_stops():
+    bufs = heap.output_buffers([3 << 20, 100, 9 << 20])
+    stop = heap.populate(bufs)
+    stop()
+    stop()  # twice: nothing more
+    for k, b in enumerate(bufs):  # still plain writable memory, zeros or not
+        b[:] = k
+        assert np.all(b == k)
+    assert heap.populate([])() is None
+    assert not [t for t in __import__("threading").enumerate() if t.name == "brevis-populate"]
