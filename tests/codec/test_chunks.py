@@ -65,11 +65,21 @@ def test_the_first_damaged_chunk_is_named_in_or_out_of_the_lane(mixed, damaged, 
         assert not (tmp_path / f"out{threads}").exists()
 
 
-def _staged(tmp_path, size):
+def _written(tmp_path, size: int, parts: list, offset: int) -> bytes:
+    """The bytes of a file staged at `size` (as decompress stages one: all
+    zeros) after WriteInPlace.put_run(parts, offset)."""
+    from brevis.codec import chunks
+
     path = tmp_path / "staged"
     with open(path, "wb") as f:
-        f.truncate(size)  # as decompress stages a file: at its full size, all zeros
-    return path
+        f.truncate(size)
+    sink = chunks.WriteInPlace(str(path), "shown")
+    fd = sink.open()
+    try:
+        sink.put_run(fd, parts, offset)
+    finally:
+        sink.close(fd)
+    return path.read_bytes()
 
 
 def test_a_run_of_pieces_is_written_in_one_call_its_zeros_left_as_holes(tmp_path, monkeypatch):
@@ -84,15 +94,9 @@ def test_a_run_of_pieces_is_written_in_one_call_its_zeros_left_as_holes(tmp_path
 
     monkeypatch.setattr(chunks, "_pwritev", recording)
     parts = [b"a" * 100, b"\0" * 300, b"b" * 50, b"c" * 7, np.zeros(64, np.uint8), b"\0" * 7 + b"d"]
-    path = _staged(tmp_path, 1000 + sum(len(p) for p in parts))
-    sink = chunks.WriteInPlace(str(path), "shown")
-    fd = sink.open()
-    try:
-        sink.put_run(fd, parts, 1000)
-    finally:
-        sink.close(fd)
+    got = _written(tmp_path, 1000 + sum(len(p) for p in parts), parts, 1000)
     assert calls == [(1000, [100]), (1400, [50, 7]), (1521, [8])]  # the zero pieces not written
-    assert path.read_bytes() == b"\0" * 1000 + b"".join(bytes(memoryview(p)) for p in parts)
+    assert got == b"\0" * 1000 + b"".join(bytes(memoryview(p)) for p in parts)
 
 
 @pytest.mark.parametrize("most", [None, 1, 5, 64])
@@ -108,11 +112,4 @@ def test_short_writes_are_written_on_from_where_they_stopped(tmp_path, monkeypat
     monkeypatch.setattr(chunks, "_pwritev", None if most is None else short)
     rng = np.random.default_rng(most or 0)
     parts = [rng.integers(1, 256, n, dtype=np.uint8) for n in (3, 17, 1, 40, 9)]
-    path = _staged(tmp_path, 77)
-    sink = chunks.WriteInPlace(str(path), "shown")
-    fd = sink.open()
-    try:
-        sink.put_run(fd, parts, 7)
-    finally:
-        sink.close(fd)
-    assert path.read_bytes() == b"\0" * 7 + b"".join(p.tobytes() for p in parts)
+    assert _written(tmp_path, 77, parts, 7) == b"\0" * 7 + b"".join(p.tobytes() for p in parts)
