@@ -88,7 +88,8 @@ def unpack(archive, *, threads: int = 1, base=None, progress: Progress = None) -
     its bytes}. `archive`: a path, or the archive's bytes already in memory
     (bytes, bytearray, memoryview, mmap), read in place. Threads only (the
     buffers are this process's); links and folders are not in the result.
-    An archive in memory coded against a base needs `base`."""
+    An archive in memory coded against a base needs `base`. Small files'
+    views may share one buffer (heap.output_buffers)."""
     keep_freed_memory()
     data = None if isinstance(archive, (str, os.PathLike)) else archive
     early = _EarlyBuffers()
