@@ -121,6 +121,7 @@ def unpack(archive, *, threads: int = 1, base=None, progress: Progress = None) -
 EARLY_BYTES = 8 << 20
 EARLY_INDEX = 32 << 10
 EARLY_MOST = 1 << 30
+EARLY_FILES = 1 << 12
 
 
 class _EarlyBuffers:
@@ -136,8 +137,8 @@ class _EarlyBuffers:
 
     def __call__(self, obj, length: int) -> None:
         files = obj.get("files") if type(obj) is dict else None
-        if length < EARLY_INDEX or type(files) is not list:
-            return
+        if length < EARLY_INDEX or type(files) is not list or len(files) > EARLY_FILES:
+            return  # (an index listing more files than that is left to its checks, however many it claims)
         sizes = [f.get("size") if type(f) is dict else None for f in files]
         if not all(type(n) is int and n >= 0 for n in sizes) or not EARLY_BYTES <= sum(sizes) <= EARLY_MOST:
             return
