@@ -124,9 +124,7 @@ def unpack(archive, *, threads: int = 1, base=None, progress: Progress = None) -
     `archive`: a path, or the archive's bytes already in memory (bytes,
     bytearray, memoryview, mmap), read in place without a copy. Decodes on
     `threads` threads of this process. Links and folders are left out. An
-    archive in memory that was made against a base needs `base`. Files
-    under 4 MiB may share one buffer (on huge pages): its memory is freed
-    once all their views are."""
+    archive in memory that was made against a base needs `base`."""
     return _decoder.unpack(archive, threads=threads, base=base, progress=progress)
 
 

@@ -404,7 +404,7 @@ class IntoMemory:
     keeps_going = False
 
     def __init__(self, data: np.ndarray):
-        self.data = data  # writable uint8, the file's size (heap.output_buffers)
+        self.data = data  # writable uint8, the file's size
 
     def open(self) -> np.ndarray:
         return self.data

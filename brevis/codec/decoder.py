@@ -18,12 +18,14 @@ from concurrent.futures import Executor
 from contextlib import closing
 from pathlib import Path
 
+import numpy as np
+
 from ..archive.reader import MEMORY, ArchiveReader
 from ..fs.atomic import io_failure, make_temp, remove_stale
 from ..errors import FormatError, InvalidArgument, IOFailure, OutputExists
 from ..fs.atomic import move_new
 from ..fs.staging import check_inside, finish_stage, make_dirs, move_into_place, remove_tree, stage_parent
-from ..workers.heap import keep_freed_memory, output_buffers, populate
+from ..workers.heap import keep_freed_memory, populate
 from .chunks import ChunkDecoder, Executing, IntoMemory, Progress, WriteInPlace, executing, on_threads, run_jobs
 
 
@@ -88,8 +90,7 @@ def unpack(archive, *, threads: int = 1, base=None, progress: Progress = None) -
     its bytes}. `archive`: a path, or the archive's bytes already in memory
     (bytes, bytearray, memoryview, mmap), read in place. Threads only (the
     buffers are this process's); links and folders are not in the result.
-    An archive in memory coded against a base needs `base`. Small files'
-    views may share one buffer (heap.output_buffers)."""
+    An archive in memory coded against a base needs `base`."""
     keep_freed_memory()
     data = None if isinstance(archive, (str, os.PathLike)) else archive
     early = _EarlyBuffers()
@@ -113,11 +114,12 @@ def unpack(archive, *, threads: int = 1, base=None, progress: Progress = None) -
 # EARLY_BYTES and the index's text EARLY_INDEX (its checks take about 50 ns
 # a byte of it in a fresh process: ppocr's 65 KB, 3.3 ms) and the output
 # at most EARLY_MOST. The thread costs its start and, while it faults pages
-# in, the memory map's lock. Measured, one-shot unpack at 2 threads, median
-# of 13 against eb9dafa: ppocr (28 MB, index 65 KB) 33.90 -> 31.23 ms;
-# where the index is small the thread did not pay: silero (5.8 MB, 24 KB)
-# 6.69 -> 7.47, taesd (7.9 MB, 44 KB) 10.27 -> 10.43, resemblyzer (17 MB,
-# 17 KB) 17.45 -> 17.19.
+# in, the memory map's lock. Measured, one-shot unpack at 2 threads, 50
+# runs each, interleaved: ppocr (28 MB, index 65 KB) mean 32.61 -> 31.45
+# ms, p90 35.64 -> 33.01; where the index is small the thread did not pay
+# (medians of 13: silero, 5.8 MB and 24 KB, 6.69 -> 7.47; taesd, 7.9 MB
+# and 44 KB, 10.27 -> 10.43; resemblyzer, 17 MB and 17 KB, 17.45 ->
+# 17.19; silero's mean over 80, 8.43 -> 8.37).
 EARLY_BYTES = 8 << 20
 EARLY_INDEX = 32 << 10
 EARLY_MOST = 1 << 30
@@ -143,7 +145,7 @@ class _EarlyBuffers:
         if not all(type(n) is int and n >= 0 for n in sizes) or not EARLY_BYTES <= sum(sizes) <= EARLY_MOST:
             return
         try:
-            self.buffers = output_buffers(sizes)
+            self.buffers = _output_buffers(sizes)
         except MemoryError:  # address space refused: made once checked, if at all
             return
         self.stop = populate(self.buffers)
@@ -153,7 +155,15 @@ class _EarlyBuffers:
         self.stop()
         if self.buffers is not None and [len(b) for b in self.buffers] == sizes:
             return self.buffers
-        return output_buffers(sizes)
+        return _output_buffers(sizes)
+
+
+def _output_buffers(sizes: list[int]) -> list[np.ndarray]:
+    """A buffer a file, for unpack. (Files under 4 MiB sharing one buffer
+    advised for huge pages, eb9dafa, gave silero a better median, 8.28 ->
+    7.34 ms, but no better mean, 8.32 / 8.32 over 120 runs, the huge
+    pages' faults now and then slower: p90 8.51 -> 12.13.)"""
+    return [np.empty(n, np.uint8) for n in sizes]
 
 
 def _decompress(reader: ArchiveReader, output, how: Executing, force: bool, progress: Progress, base,

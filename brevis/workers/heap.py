@@ -43,43 +43,9 @@ def keep_freed_memory() -> None:
 
 
 PAGE = mmap.PAGESIZE
-HUGE_PAGE = 2 << 20  # x86-64's and arm64's (4 KiB pages) transparent huge page
-MADV_HUGEPAGE = 14  # Linux's
 MADV_POPULATE_WRITE = 23  # Linux's, from 5.14: fault pages in, writable, as a write would
 POPULATE_STEP = 8 << 20  # bytes a call populates before looking whether to stop
-NUMPY_ADVISES = 4 << 20  # numpy advises its arrays of this many bytes or more for huge pages
 _madvise = None  # libc's madvise, once looked up (False: none)
-
-
-def output_buffers(sizes: list[int]) -> list[np.ndarray]:
-    """One writable uint8 array per size, for decoded files held in memory.
-
-    np.empty's, but on Linux the files under NUMPY_ADVISES (numpy advises
-    larger arrays for transparent huge pages itself), where they add up to
-    a huge page or more, share one buffer, from a huge page's boundary on,
-    advised for huge pages: writing them takes a page fault per 2 MiB, not
-    per 4 KiB. Measured on this project's machine, a fresh process writing
-    5.8 MB into three arrays: 907 faults, 1.75 ms -> 4 faults, 0.76 ms;
-    unpacking silero (three files of 1.2-2.3 MB), median of 15: 6.96 ->
-    6.15 ms. One file of 17 MB (resemblyzer) gained nothing over numpy's
-    advice (16.64 -> 17.05 ms, median of 21), so large files keep it. The
-    shared buffer is malloc's, as np.empty's are: a process decoding again
-    reuses it once freed (keep_freed_memory); it is freed once every array
-    from it is gone. Without huge pages, pages are faulted as before."""
-    small = [k for k, n in enumerate(sizes) if n < NUMPY_ADVISES]
-    total = sum(sizes[k] for k in small)
-    if total < HUGE_PAGE or not _advise_ready():
-        return [np.empty(n, np.uint8) for n in sizes]
-    out = [None if n < NUMPY_ADVISES else np.empty(n, np.uint8) for n in sizes]
-    length = -(-total // HUGE_PAGE) * HUGE_PAGE
-    whole = np.empty(length + HUGE_PAGE, np.uint8)  # untouched, it costs address space only
-    start = -whole.ctypes.data % HUGE_PAGE
-    _madvise(whole.ctypes.data + start, length, MADV_HUGEPAGE)  # a refusal (no huge pages) changes nothing
-    at = start
-    for k in small:
-        out[k] = whole[at:at + sizes[k]]
-        at += sizes[k]
-    return out
 
 
 def _advise_ready() -> bool:
