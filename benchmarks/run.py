@@ -24,6 +24,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -190,6 +191,10 @@ def bench_codec(codec: Codec, item: dict, hashes: list[str], threads: int, place
         d = {k: min(r[k] for r in ds) for k in ("seconds", "cpu_s", "peak_mib")}
         runs[mode] = {"threads": mode_threads, "compressed_bytes": stored,
                       "compress_s": c["seconds"], "decompress_s": d["seconds"],
+                      # the best run hides a change that betters the typical run and worsens
+                      # the slow ones: the median of the runs is kept beside it
+                      "compress_s_median": statistics.median(r["seconds"] for r in cs),
+                      "decompress_s_median": statistics.median(r["seconds"] for r in ds),
                       "compress_cpu_s": c["cpu_s"], "decompress_cpu_s": d["cpu_s"],
                       "compress_peak_mib": c["peak_mib"], "decompress_peak_mib": d["peak_mib"]}
     # The size: of the file-to-file output where there is one (the in-memory
@@ -211,6 +216,8 @@ def flat(runs: dict[str, dict], original: int) -> dict:
             s = run[f"{what}_s"]
             out[f"{what}_mb_s_{mode}"] = original / s / 1e6 if s > 0 else None
             out[f"{what}_peak_mib_{mode}"] = run[f"{what}_peak_mib"]
+            s = run.get(f"{what}_s_median", s)
+            out[f"{what}_mb_s_{mode}_median"] = original / s / 1e6 if s > 0 else None
     if "cpu" in runs:
         for what in ("compress", "decompress"):
             out[f"{what}_cpu_s_per_gb"] = runs["cpu"][f"{what}_cpu_s"] / original * 1e9 if original else None
@@ -248,6 +255,8 @@ def overall(items: list[dict], codec: str, only: list[dict] | None = None) -> di
             for what in ("compress", "decompress"):
                 s = sum(r["runs"][mode][f"{what}_s"] for r in ok)
                 out[f"{what}_mb_s_{mode}"] = orig / s / 1e6 if s > 0 else None
+                s = sum(r["runs"][mode].get(f"{what}_s_median", r["runs"][mode][f"{what}_s"]) for r in ok)
+                out[f"{what}_mb_s_{mode}_median"] = orig / s / 1e6 if s > 0 else None
                 out[f"{what}_peak_mib_{mode}"] = max(r["runs"][mode][f"{what}_peak_mib"] for r in ok)
                 if mode == "cpu":
                     out[f"{what}_cpu_s_per_gb"] = sum(r["runs"][mode][f"{what}_cpu_s"] for r in ok) / orig * 1e9

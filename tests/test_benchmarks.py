@@ -87,6 +87,25 @@ def test_harness_one_thread_reuses_the_in_memory_pass(tmp_path):
     assert res["startup"] is None
 
 
+def test_harness_keeps_the_median_run_beside_the_best(tmp_path):
+    corpus = tiny_corpus(tmp_path)
+    out = tmp_path / "results"
+    p = subprocess.run([sys.executable, "benchmarks/run.py", "--corpus", str(corpus), "--codecs", "brevis,zstd-3",
+                        "--modes", "memory", "--threads", "2", "--repeat", "3", "--out", str(out),
+                        "--tmpfs", tmpfs_or(tmp_path), "--no-startup"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    res = json.loads((out / "latest.json").read_text())
+    for name, r in res["items"][0]["results"].items():
+        run = r["runs"]["memory"]
+        for what in ("compress", "decompress"):
+            assert 0 < run[f"{what}_s"] <= run[f"{what}_s_median"], (name, what)
+            assert r[f"{what}_mb_s_memory"] >= r[f"{what}_mb_s_memory_median"] > 0
+            assert res["overall"][name][f"{what}_mb_s_memory"] >= res["overall"][name][f"{what}_mb_s_memory_median"]
+    md = (out / "latest.md").read_text()
+    assert "best of 3 runs each" in md and "## Decompression MB/s per item, median of 3 runs (in memory)" in md
+
+
 @pytest.mark.parametrize("name", ["zstd-3", "gzip-9", "xz-6", "brotli-9", "lz4", "zipnn", "pcodec-8", "blosc2"])
 def test_peer_round_trips_in_memory_and_file_to_file(tmp_path, monkeypatch, name):
     """Each peer, in this process: in memory and file to file, with an odd
