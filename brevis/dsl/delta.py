@@ -47,11 +47,6 @@ def _running(y: np.ndarray, t: Field, stride: int, xor: bool) -> np.ndarray:
     return y
 
 
-def _child_in(read, n: int, t: Field, out: np.ndarray) -> np.ndarray:
-    """The one child (a field of t's width, so of t's container) read into `out`."""
-    return read_child_into(read, 0, n, out)
-
-
 class _Strided(Operator):
     params = {"stride": int}
 
@@ -86,7 +81,7 @@ class Delta(_Strided):
 
     def inverse(self, n, t, read, out=None):
         if _layout is not None:  # one pass in C, in place (in `out`, where the child decodes into it)
-            y = read(0, n) if out is None else _child_in(read, n, t, out)
+            y = read(0, n) if out is None else read_child_into(read, 0, n, out)
             return _mask(_running(y, t, self._config["stride"], False), t.bits)
         lanes, n = _columns(read(0, n), self._config["stride"])
         out = np.cumsum(lanes, axis=0, dtype=t.container).reshape(-1)[:n]
@@ -114,7 +109,7 @@ class XorDelta(_Strided):
 
     def inverse(self, n, t, read, out=None):
         if _layout is not None:  # one pass in C, in place (in `out`, where the child decodes into it)
-            y = read(0, n) if out is None else _child_in(read, n, t, out)
+            y = read(0, n) if out is None else read_child_into(read, 0, n, out)
             return _running(y, t, self._config["stride"], True)
         lanes, n = _columns(read(0, n).astype(t.container, copy=False), self._config["stride"])
         return np.bitwise_xor.accumulate(lanes, axis=0).reshape(-1)[:n]

@@ -83,16 +83,21 @@ def decode(program: Program, t: Field, n: int, streams: Sequence[memoryview],
     return value
 
 
+def _next_stream(streams, cursor: list[int]):
+    """The next stored stream, for the next leaf."""
+    if cursor[0] >= len(streams):
+        raise FormatError("program needs more streams than stored")
+    cursor[0] += 1
+    return streams[cursor[0] - 1]
+
+
 def _decode(program: Program, t: Field, n: int, streams, cursor: list[int], reference=None,
             out: np.ndarray | None = None) -> np.ndarray:
     """The value of `program`'s node; `out`: the chunk's place, given for
     a root operator only (decode() puts a root leaf there itself)."""
     node = program.node
     if isinstance(node, Coder):
-        if cursor[0] >= len(streams):
-            raise FormatError("program needs more streams than stored")
-        data = streams[cursor[0]]
-        cursor[0] += 1
+        data = _next_stream(streams, cursor)
         if out is not None:
             node.decode_into(data, n, t, out)
             return out
@@ -105,50 +110,43 @@ def _decode(program: Program, t: Field, n: int, streams, cursor: list[int], refe
     # one child at a time into its output).
     decoded = [0]
 
-    def read(i: int, count: int) -> np.ndarray:
+    def claim(i: int, count: int) -> None:
+        # Child i, of count elements, is the next one read.
         if i != decoded[0]:
             raise FormatError(f"{node.id} read child {i} out of order")
         if count < 0:
             raise FormatError(f"{node.id}: negative length")
-        value = _decode(program.children[i], types[i], count, streams, cursor)
         decoded[0] += 1
-        return value
+
+    def read(i: int, count: int) -> np.ndarray:
+        claim(i, count)
+        return _decode(program.children[i], types[i], count, streams, cursor)
 
     def into(i: int, count: int, place: np.ndarray) -> np.ndarray:
         # Child i decoded in `place` (count elements of its container), by
         # its leaf or its root operator where they write into a place.
-        if i != decoded[0]:
-            raise FormatError(f"{node.id} read child {i} out of order")
+        claim(i, count)
         if count != len(place) or place.dtype != types[i].container:
             raise FormatError(f"{node.id}: child {i} does not fit its place")
-        value = _decode(program.children[i], types[i], count, streams, cursor, None, place)
-        decoded[0] += 1
-        return value
+        return _decode(program.children[i], types[i], count, streams, cursor, None, place)
 
     def many(first: int, counts: Sequence[int]) -> list[np.ndarray]:
         # Children first, first + 1, ... at once: those one `ans` leaf codes
         # decode in one call (decode_batch), which releases the GIL once
         # and interleaves their blocks; the others as read() does.
-        if first != decoded[0]:
-            raise FormatError(f"{node.id} read child {first} out of order")
         values: list = []
         batch = []
         for i, count in enumerate(counts, first):
-            if count < 0:
-                raise FormatError(f"{node.id}: negative length")
+            claim(i, count)
             child, ct = program.children[i], types[i]
             if count and isinstance(child.node, Coder) and batchable(child.node, ct, None):
-                if cursor[0] >= len(streams):
-                    raise FormatError("program needs more streams than stored")
                 out = np.empty(count, ct.container)
-                batch.append((memoryview(streams[cursor[0]]), count, ct, out))
-                cursor[0] += 1
+                batch.append((memoryview(_next_stream(streams, cursor)), count, ct, out))
                 values.append(out)
             else:
                 values.append(_decode(child, ct, count, streams, cursor))
         if batch:
             decode_batch(batch)
-        decoded[0] += len(values)
         return values
 
     read.many = many
