@@ -339,20 +339,21 @@ class WriteInPlace:
         self._write(fd, run, start)
 
     def _write(self, fd: int, views: list[memoryview], offset: int) -> None:
-        while views:
+        k = 0  # views[k:] are left to write (views[k] cut where a short write stopped)
+        while k < len(views):
             try:
                 if _pwritev is None:  # a system without pwritev: one call a piece
-                    written = os.pwrite(fd, views[0], offset)
+                    written = os.pwrite(fd, views[k], offset)
                 else:
-                    written = _pwritev(fd, views[:_IOV_MAX], offset)
+                    written = _pwritev(fd, views[k:k + _IOV_MAX], offset)
             except OSError as e:
                 raise io_failure(e, f"cannot write {self.shown}") from None
             offset += written
-            while views and written >= len(views[0]):
-                written -= len(views[0])
-                views = views[1:]
+            while k < len(views) and written >= len(views[k]):
+                written -= len(views[k])
+                k += 1
             if written:
-                views = [views[0][written:], *views[1:]]
+                views[k] = views[k][written:]
 
     def close(self, fd: int) -> None:
         os.close(fd)
