@@ -12,6 +12,7 @@ All integers are little-endian.
 from __future__ import annotations
 
 import hashlib
+import math
 import struct
 import zlib
 from dataclasses import dataclass
@@ -132,6 +133,8 @@ def shape_fits(shape, itemsize: int) -> bool:
     below 2^63, even when another dimension is 0)."""
     if len(shape) > MAX_DIMS:
         return False
+    if min(shape, default=1) >= 1:  # most shapes: no 0 to skip, the product grows with every factor
+        return math.prod(shape) * itemsize < 1 << 63
     total = itemsize
     for d in shape:
         total *= max(d, 1)

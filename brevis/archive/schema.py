@@ -206,10 +206,9 @@ class Ranges(Kind):
     doc = "list of [offset, length] pairs of integers, length >= 1"
 
     def parse(self, g, v, bad, name):
-        g.fail_unless(f"type({v}) is list and all(type(r) is list and len(r) == 2 and type(r[0]) is int"
-                      f" and type(r[1]) is int and r[0] >= 0 and r[1] >= 1 for r in {v})",
-                      g.about("malformed ranges"))
-        return f"tuple(tuple(r) for r in {v})"
+        g.line(f"{name} = ranges_of({v})")
+        g.fail_unless(f"{name} is not None", g.about("malformed ranges"))
+        return name
 
     def dump(self, x):
         return f"[list(r) for r in {x}]"
@@ -219,11 +218,9 @@ class Members(Kind):
     doc = f"list of [name, shape] pairs: a string, a list of at most {MAX_DIMS} non-negative integers"
 
     def parse(self, g, v, bad, name):
-        g.fail_unless(f"type({v}) is list and all(type(m) is list and len(m) == 2 and type(m[0]) is str"
-                      f" and type(m[1]) is list and len(m[1]) <= {MAX_DIMS}"
-                      f" and all(type(d) is int and d >= 0 for d in m[1]) for m in {v})",
-                      g.about("malformed members"))
-        return f"tuple((m[0], tuple(m[1])) for m in {v})"
+        g.line(f"{name} = members_of({v})")
+        g.fail_unless(f"{name} is not None", g.about("malformed members"))
+        return name
 
     def dump(self, x):
         return f"[[m[0], list(m[1])] for m in {x}]"
@@ -496,20 +493,31 @@ def programs(values: list, t, cache: dict, where) -> tuple[list[Program], list[i
     reads a base tensor.
 
     Segments of a family, or taking one learned program, share it: each
-    distinct program is parsed, checked and measured once per value type
-    (per index read), so that a segment costs a lookup, not a walk of its
-    program (hashing a Program is one), and the subtrees programs share
-    (a partition's byte planes, its leaves) are read once (Program.from_json's
-    memo: ppocr's 27 programs 3.6 -> 2.7 ms in a fresh process). marshal (version 2: no
-    back-references) is an exact, typed image of the JSON value, 6x faster
-    to make than json.dumps; a key that differs only costs a parse. The
-    value type is keyed by identity: there is one per dtype (types.tensor),
-    alive while the index is read. `where()`: the segment, for a message."""
+    distinct list of programs is read once per value type (per index read),
+    so that a segment costs a lookup (taesd's 123 segments hold 5 distinct
+    lists); each distinct program once, parsed, checked and measured
+    (hashing a Program is a walk of it); and the subtrees programs share
+    (a partition's byte planes, its leaves) once (Program.from_json's
+    memo: ppocr's 27 programs 3.6 -> 2.7 ms in a fresh process). marshal
+    (version 2: no back-references) is an exact, typed image of the JSON
+    value, 6x faster to make than json.dumps; a key that differs only
+    costs a parse. The value type is keyed by identity: there is one per
+    dtype (types.tensor), alive while the index is read. `where()`: the
+    segment, for a message. Each segment gets a list of its own (the
+    counts and peaks, read only by the checks, are shared)."""
+    key = (marshal.dumps(values, 2), id(t))
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = _programs(values, t, cache, where)
+    return list(hit[0]), hit[1], hit[2], hit[3]
+
+
+def _programs(values: list, t, cache: dict, where) -> tuple[list[Program], list[int], list[float], bool]:
     out, counts, peaks = [], [], []
     reference = False
     nodes = cache.setdefault(None, {})  # subtrees read so far (Program.from_json's memo); no other key is None
     for obj in values:
-        key = (marshal.dumps(obj, 2), id(t))
+        key = (marshal.dumps(obj, 2), id(t), None)  # a program's key: never a list's (a list's has 2 parts)
         hit = cache.get(key)
         if hit is None:
             try:
@@ -522,6 +530,39 @@ def programs(values: list, t, cache: dict, where) -> tuple[list[Program], list[i
         peaks.append(hit[2])
         reference = reference or hit[3]
     return out, counts, peaks, reference
+
+
+def ranges_of(v) -> tuple[tuple[int, int], ...] | None:
+    """A gathered segment's ranges, [[offset >= 0, length >= 1], ...]
+    (integers), as a tuple of pairs; None where malformed. (A loop: a
+    generator in all() costs twice as much a range.)"""
+    if type(v) is not list:
+        return None
+    for r in v:
+        if type(r) is not list or len(r) != 2:
+            return None
+        offset, length = r
+        if type(offset) is not int or type(length) is not int or offset < 0 or length < 1:
+            return None
+    return tuple(map(tuple, v))
+
+
+def members_of(v) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
+    """Gathered tensors, [[name, shape], ...] (a string; at most MAX_DIMS
+    integers >= 0), as a tuple of (name, shape tuple); None where
+    malformed. (A loop: nested generators cost twice as much a member.)"""
+    if type(v) is not list:
+        return None
+    for m in v:
+        if type(m) is not list or len(m) != 2:
+            return None
+        name, shape = m
+        if type(name) is not str or type(shape) is not list or len(shape) > MAX_DIMS:
+            return None
+        for d in shape:
+            if type(d) is not int or d < 0:
+                return None
+    return tuple((name, tuple(shape)) for name, shape in v)
 
 
 def check_tree(files: list, dirs: list[str], links: list = ()) -> None:
@@ -615,7 +656,7 @@ def check_links(links: list, file_paths: set[str], paths: list[str]) -> None:
 
 
 _NAMESPACE = {"fail": fail, "programs": programs, "check_tree": check_tree, "check_path": check_path,
-              "check_tiling": check_tiling,
+              "check_tiling": check_tiling, "ranges_of": ranges_of, "members_of": members_of,
               "is_hex": is_hex, "dtypes": dtypes, "tensor": tensor, "BYTES": BYTES, "prod": math.prod,
               "MAX_CHUNK_BYTES": MAX_CHUNK_BYTES, "shape_fits": shape_fits,
               "MAX_DECODE_BYTES": MAX_DECODE_BYTES, "_MISSING": _MISSING}
