@@ -65,11 +65,13 @@ def test_same_files_in_worker_processes(archive, tmp_path, monkeypatch, task_byt
     assert tree(tmp_path / "procs") == tree(tmp_path / "inline") == tree(src)
 
 
-def test_tasks_cover_every_chunk_once(archive, tmp_path):
+@pytest.mark.parametrize("job_bytes, threads", [(chunks.PROCESS_JOB_BYTES, 1), (chunks.THREAD_JOB_BYTES, 2),
+                                               (256 << 10, 4)])
+def test_tasks_cover_every_chunk_once(archive, tmp_path, job_bytes, threads):
     _, arc = archive
     with ArchiveReader(arc) as reader:
         sink = chunks.CheckOnly()
-        tasks = list(chunks.decode_jobs(reader.index, lambda i: sink, chunks.PROCESS_JOB_BYTES))
+        tasks = list(chunks.decode_jobs(reader.index, lambda i: sink, job_bytes, threads=threads))
         index = reader.index
         wanted = [(i, s, c) for i, f in enumerate(index.files) for s, seg in enumerate(f.segments)
                   for c in range(len(seg.chunks))]
@@ -81,6 +83,31 @@ def test_tasks_cover_every_chunk_once(archive, tmp_path):
                          for c, ch in enumerate(seg.chunks) if (s, c) < (s0, c0))
             assert t.offset == before
             assert t.start == sum(ch.n * f.segments[s0].itemsize for ch in f.segments[s0].chunks[:c0])
+
+
+def test_thread_jobs_shrink_towards_the_end(archive, monkeypatch):
+    """On more than one thread a job holds what is left over 2 x threads
+    (at most job_bytes, at least TAIL_JOB_BYTES), closing at the first
+    chunk that reaches it or at its file's end; on one, job_bytes."""
+    _, arc = archive
+    monkeypatch.setattr(chunks, "TAIL_JOB_BYTES", 64 << 10)
+    with ArchiveReader(arc) as reader:
+        index = reader.index
+        for threads in (1, 2, 3):
+            left = index.original_bytes
+            sizes = []
+            for t in chunks.decode_jobs(index, lambda i: chunks.CheckOnly(), 1 << 20, threads=threads):
+                f = index.files[t.file]
+                lengths = [f.segments[s].chunks[c].n * f.segments[s].itemsize for s, c in t.chunks]
+                target = 1 << 20 if threads == 1 else max(64 << 10, min(1 << 20, left // (2 * threads)))
+                last_of_file = t.chunks[-1] == max((s, c) for s, seg in enumerate(f.segments)
+                                                   for c in range(len(seg.chunks)))
+                assert sum(lengths[:-1]) < target and (sum(lengths) >= target or last_of_file)
+                sizes.append(sum(lengths))
+                left -= sum(lengths)
+            assert left == 0
+            if threads > 1:  # the tail is cut finer than the rest
+                assert min(sizes[len(sizes) // 2:]) < 1 << 20 <= max(sizes)
 
 
 def test_damage_found_in_a_worker_leaves_nothing(archive, tmp_path):
