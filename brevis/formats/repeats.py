@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
-from blake3 import blake3
+from xxhash import xxh3_64_intdigest
 
 from . import Segment
 
@@ -126,9 +126,22 @@ def _cuts(ends: np.ndarray, start: int, stop: int, final: bool, scale: Scale) ->
         out.append(pos)
 
 
+def _pieces(data: np.ndarray, final: bool, scale: Scale) -> tuple[np.ndarray, np.ndarray]:
+    """A block's pieces (_cuts over its anchors): their ends (int64) and
+    keys (uint64, the XXH3-64 of their bytes), in one call to the C kernel
+    where it is built."""
+    if _chunking is not None:
+        ends, keys = _chunking.pieces(data, scale.bits, scale.min_piece, scale.max_piece, final)
+        return np.frombuffer(ends, dtype=np.int64), np.frombuffer(keys, dtype=np.uint64)
+    e = np.asarray(_cuts(anchors(data, scale.bits), 0, len(data), final, scale), dtype=np.int64)
+    s = np.concatenate(([0], e[:-1])) if len(e) else e
+    return e, np.array([xxh3_64_intdigest(data[i:j]) for i, j in zip(s, e)], dtype=np.uint64)
+
+
 def pieces(span: Span, scale: Scale) -> tuple[np.ndarray, np.ndarray]:
     """The span's content-defined pieces: their ends (offsets in the span)
-    and keys (64 bits of their BLAKE3 digest)."""
+    and keys (64 bits of a hash of their bytes, XXH3-64: a mistaken match
+    only costs ratio, see above)."""
     seg = span.segment
     ends_out: list[np.ndarray] = []
     keys_out: list[np.ndarray] = []
@@ -138,11 +151,9 @@ def pieces(span: Span, scale: Scale) -> tuple[np.ndarray, np.ndarray]:
         block = span.read(seg.offset + at, min(BLOCK, seg.length - at))
         data = np.frombuffer(carry + block, dtype=np.uint8)
         final = at + len(block) >= seg.length
-        e = np.asarray(_cuts(anchors(data, scale.bits), 0, len(data), final, scale), dtype=np.int64)
+        e, k = _pieces(data, final, scale)
         if len(e):
-            s = np.concatenate(([0], e[:-1]))
-            keys_out.append(np.array([int.from_bytes(blake3(data[i:j]).digest(8), "little") for i, j in zip(s, e)],
-                                     dtype=np.uint64))
+            keys_out.append(k)
             ends_out.append(e + done)
         last = int(e[-1]) if len(e) else 0
         done += last

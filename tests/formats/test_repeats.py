@@ -29,6 +29,26 @@ def test_pieces_follow_the_content_not_the_offset():
     assert len(shared) >= len(a[1]) - 2  # all but the pieces at the start (before the cuts agree)
 
 
+@pytest.mark.skipif(repeats._chunking is None, reason="the C kernel is not built")
+@pytest.mark.parametrize("bits", [6, 9, 12])
+@pytest.mark.parametrize("final", [False, True])
+def test_the_kernels_pieces_are_the_pythons(monkeypatch, bits, final):
+    """The C kernel cuts and keys a block as _cuts over anchors and XXH3-64
+    in Python do: on noise, on data of few symbols (anchors far apart: the
+    longest pieces), with a copy in it, short and empty blocks."""
+    scale = repeats.Scale(bits)
+    low = RNG.integers(0, 3, 200_000, dtype=np.uint8)
+    low[120_000:125_000] = low[1_000:6_000]
+    for data in (np.frombuffer(noise(250_000), np.uint8), low, np.zeros(5, np.uint8), np.zeros(0, np.uint8),
+                 np.frombuffer(noise(3 * scale.max_piece + 1), np.uint8)):
+        ends, keys = repeats._pieces(data, final, scale)
+        with monkeypatch.context() as m:
+            m.setattr(repeats, "_chunking", None)
+            want_ends, want_keys = repeats._pieces(data, final, scale)
+        assert ends.tolist() == want_ends.tolist() and keys.tolist() == want_keys.tolist()
+        assert (not final and len(data)) or ends[-1:].tolist() == ([len(data)] if len(data) else [])
+
+
 @pytest.mark.parametrize("before,after", [(0, 0), (1, 3), (5000, 77), (40_000, 12_000)])
 def test_a_copy_in_another_span_is_found_exactly(before, after):
     region = noise(200_000)
