@@ -57,6 +57,66 @@
     if ((rows * (Py_ssize_t)sizeof(T)) % 1024) TRANSPOSE_DIRECT(T) else TRANSPOSE_BUFFERED(T) \
 }
 
+#if defined(__SSE2__)
+/* Two-byte items eight by eight in SSE2 registers (x86-64's baseline):
+ * eight rows of eight items in, eight columns out, in 24 unpacks, where
+ * the item loops above move one item at a time (nomic's F16 chunks, 768
+ * rows: 6.1 GB/s in cache before). `s` and `d` in bytes, any alignment. */
+static inline void block8_u16(const uint8_t *s, Py_ssize_t sstride, uint8_t *d, Py_ssize_t dstride) {
+    __m128i r0 = _mm_loadu_si128((const __m128i *)(s)), r1 = _mm_loadu_si128((const __m128i *)(s + sstride));
+    __m128i r2 = _mm_loadu_si128((const __m128i *)(s + 2 * sstride)), r3 = _mm_loadu_si128((const __m128i *)(s + 3 * sstride));
+    __m128i r4 = _mm_loadu_si128((const __m128i *)(s + 4 * sstride)), r5 = _mm_loadu_si128((const __m128i *)(s + 5 * sstride));
+    __m128i r6 = _mm_loadu_si128((const __m128i *)(s + 6 * sstride)), r7 = _mm_loadu_si128((const __m128i *)(s + 7 * sstride));
+    __m128i a0 = _mm_unpacklo_epi16(r0, r1), a1 = _mm_unpackhi_epi16(r0, r1);
+    __m128i a2 = _mm_unpacklo_epi16(r2, r3), a3 = _mm_unpackhi_epi16(r2, r3);
+    __m128i a4 = _mm_unpacklo_epi16(r4, r5), a5 = _mm_unpackhi_epi16(r4, r5);
+    __m128i a6 = _mm_unpacklo_epi16(r6, r7), a7 = _mm_unpackhi_epi16(r6, r7);
+    __m128i b0 = _mm_unpacklo_epi32(a0, a2), b1 = _mm_unpackhi_epi32(a0, a2);
+    __m128i b2 = _mm_unpacklo_epi32(a1, a3), b3 = _mm_unpackhi_epi32(a1, a3);
+    __m128i b4 = _mm_unpacklo_epi32(a4, a6), b5 = _mm_unpackhi_epi32(a4, a6);
+    __m128i b6 = _mm_unpacklo_epi32(a5, a7), b7 = _mm_unpackhi_epi32(a5, a7);
+    _mm_storeu_si128((__m128i *)(d), _mm_unpacklo_epi64(b0, b4));
+    _mm_storeu_si128((__m128i *)(d + dstride), _mm_unpackhi_epi64(b0, b4));
+    _mm_storeu_si128((__m128i *)(d + 2 * dstride), _mm_unpacklo_epi64(b1, b5));
+    _mm_storeu_si128((__m128i *)(d + 3 * dstride), _mm_unpackhi_epi64(b1, b5));
+    _mm_storeu_si128((__m128i *)(d + 4 * dstride), _mm_unpacklo_epi64(b2, b6));
+    _mm_storeu_si128((__m128i *)(d + 5 * dstride), _mm_unpackhi_epi64(b2, b6));
+    _mm_storeu_si128((__m128i *)(d + 6 * dstride), _mm_unpacklo_epi64(b3, b7));
+    _mm_storeu_si128((__m128i *)(d + 7 * dstride), _mm_unpackhi_epi64(b3, b7));
+}
+
+/* TRANSPOSE(u16u) with whole 8 x 8 blocks of each tile in registers, the
+ * rest item by item; tiles, their order and the buffered variant as
+ * above. */
+static void transpose_u16(const uint8_t *src, uint8_t *dst, Py_ssize_t rows, Py_ssize_t cols) {
+    const u16u *s = (const u16u *)src;
+    u16u *d = (u16u *)dst;
+    int buffered = (rows * 2) % 1024 == 0;
+    uint16_t tile[TILE][TILE];
+    for (Py_ssize_t j0 = 0; j0 < cols; j0 += TILE) {
+        Py_ssize_t jn = j0 + TILE < cols ? TILE : cols - j0;
+        for (Py_ssize_t i0 = 0; i0 < rows; i0 += TILE) {
+            Py_ssize_t in = i0 + TILE < rows ? TILE : rows - i0;
+            Py_ssize_t i8 = in & ~(Py_ssize_t)7, j8 = jn & ~(Py_ssize_t)7;
+            for (Py_ssize_t i = 0; i < i8; i += 8)
+                for (Py_ssize_t j = 0; j < j8; j += 8) {
+                    const uint8_t *from = src + 2 * ((i0 + i) * cols + j0 + j);
+                    if (buffered) block8_u16(from, 2 * cols, (uint8_t *)&tile[j][i], 2 * TILE);
+                    else block8_u16(from, 2 * cols, dst + 2 * ((j0 + j) * rows + i0 + i), 2 * rows);
+                }
+            /* the edges: rows past the last whole eight, then columns past it */
+            for (Py_ssize_t i = 0; i < in; i++)
+                for (Py_ssize_t j = i < i8 ? j8 : 0; j < jn; j++) {
+                    uint16_t v = s[(i0 + i) * cols + j0 + j];
+                    if (buffered) tile[j][i] = v; else d[(j0 + j) * rows + i0 + i] = v;
+                }
+            if (buffered)
+                for (Py_ssize_t j = 0; j < jn; j++) memcpy(d + (j0 + j) * rows + i0, tile[j], in * 2);
+        }
+    }
+}
+#endif
+
 /* Two or three rows of two-byte items (astra's BF16 chunks: three): the
  * output is their items woven together, written front to back; tiles of
  * three rows cost a loop each (1 MiB into a cold output: three rows 0.21
@@ -95,7 +155,11 @@ static PyObject *layout_transpose(PyObject *self, PyObject *args) {
     if (itemsize == 1) TRANSPOSE(uint8_t)
     else if (itemsize == 2 && rows == 3) WEAVE_ROWS(u16u, 3)
     else if (itemsize == 2 && rows == 2) WEAVE_ROWS(u16u, 2)
+#if defined(__SSE2__)
+    else if (itemsize == 2) transpose_u16(src, dst, rows, cols);
+#else
     else if (itemsize == 2) TRANSPOSE(u16u)
+#endif
     else if (itemsize == 4) TRANSPOSE(u32u)
     else TRANSPOSE(u64u)
     Py_END_ALLOW_THREADS
