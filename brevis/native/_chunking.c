@@ -5,7 +5,9 @@
  * 8-byte windows data[i:i+8] whose hash, h = (w ^ w >> 29) * K with w the
  * little-endian word, has its top `bits` bits clear. The same function as
  * repeats.anchors in numpy, which made eight passes over the data for each
- * of the eight window phases (80 MB/s here); one pass here.
+ * of the eight window phases (80 MB/s here); one pass here. pieces()
+ * scans for them itself; anchors() exposes the same scan (find_anchors)
+ * for the tests to hold to numpy's.
  *
  * pieces(data, bits, least, most, final) -> (ends, keys): the pieces
  * repeats.pieces cuts a block into (repeats._cuts over its anchors) and
