@@ -591,10 +591,13 @@ static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_
  * each taking as many words as its lanes need, placed by a permutation
  * chosen from the lanes' mask; the offsets' positions are a prefix sum of
  * their widths, read with a gather. Frequencies below 2^16.
- * For 32-bit values the bin's lower value and offset width come from two
- * tables (vtab, wtab), or from vtab alone with NULL for wtab where the
- * lower value's low 6 bits are zero (a field of 22 bits or more: its key is
- * its top 16 bits) and hold the width; offsets come from two gathers.
+ * A slot's entry in etab: its frequency and bias (the coding step's) in
+ * the low word, its bin's value in the high word: the lower value, and for
+ * values of 16 bits or fewer the offset width above it (lower | width <<
+ * 16). For 32-bit values the width comes from wtab, or from the value with
+ * NULL for wtab where the lower value's low 6 bits are zero (a field of 22
+ * bits or more: its key is its top 16 bits) and hold it; a 32-bit value's
+ * offset (up to 7 + 32 bits from its byte) is read as a 64-bit item.
  * A kernel's contract: it decodes whole groups while one starts no further
  * than `wsafe` bytes into the words and `osafe` bits into the offsets (a
  * group reads at most 64 + 16 bytes of words past its start and 4 * 32 + 8
@@ -607,8 +610,19 @@ static int32_t wide_perm[256][8];  /* lane k of mask m takes word popcount(m & (
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define HAVE_WIDE_AVX2 1
+/* Eight lanes' 64-bit items at byte offsets idx * scale from base, in two
+ * gathers of four: lanes 0, 1, 4, 5 and 2, 3, 6, 7, so that one shuffle
+ * takes their low halves in lane order (and another their high halves).
+ * Gathers cost by the item: half as many items as two 32-bit gathers. */
+#define GATHER_PAIRS(A, B, BASE, IDX, SCALE) { \
+    __m256i q_ = _mm256_permutevar8x32_epi32((IDX), _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7)); \
+    A = _mm256_i32gather_epi64((const long long *)(BASE), _mm256_castsi256_si128(q_), SCALE); \
+    B = _mm256_i32gather_epi64((const long long *)(BASE), _mm256_extracti128_si256(q_, 1), SCALE); \
+}
+#define LOW_HALVES(A, B) _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(A), _mm256_castsi256_ps(B), 0x88))
+#define HIGH_HALVES(A, B) _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(A), _mm256_castsi256_ps(B), 0xdd))
 __attribute__((target("avx2")))
-static int wide_avx2(const uint32_t *packed, const uint32_t *vtab, const uint32_t *wtab, uint32_t *xs, const uint8_t *words,
+static int wide_avx2(const uint64_t *etab, const uint32_t *wtab, uint32_t *xs, const uint8_t *words,
                      uint64_t wsafe, uint64_t wlimit, uint64_t *wat, const uint8_t *offs, uint64_t osafe,
                      uint64_t olimit, uint64_t *opos, Py_ssize_t groups, Py_ssize_t *done, int P, int width,
                      uint8_t *out) {
@@ -625,9 +639,10 @@ static int wide_avx2(const uint32_t *packed, const uint32_t *vtab, const uint32_
     for (; grp < groups && at <= wsafe && pos <= osafe; grp++) {
         __m256i v[4], r[4], wd[4];
         for (int g = 0; g < 4; g++) {
-            __m256i slot = _mm256_and_si256(x[g], mask);
-            __m256i e = _mm256_i32gather_epi32((const int *)packed, slot, 4);
-            v[g] = _mm256_i32gather_epi32((const int *)vtab, slot, 4);
+            __m256i slot = _mm256_and_si256(x[g], mask), ea, eb;
+            GATHER_PAIRS(ea, eb, etab, slot, 8);
+            __m256i e = LOW_HALVES(ea, eb);
+            v[g] = HIGH_HALVES(ea, eb);
             if (width != 4) wd[g] = _mm256_srli_epi32(v[g], 16);
             else if (wtab) wd[g] = _mm256_i32gather_epi32((const int *)wtab, slot, 4);
             else {  /* the width in the low 6 bits of the lower value, which are zero */
@@ -652,15 +667,18 @@ static int wide_avx2(const uint32_t *packed, const uint32_t *vtab, const uint32_
             t = _mm256_add_epi32(t, _mm256_permute2x128_si256(carry, carry, 0x08));  /* inclusive prefix sum */
             __m256i p = _mm256_add_epi32(_mm256_set1_epi32((int)pos), _mm256_sub_epi32(t, wd[g]));
             __m256i at8 = _mm256_srli_epi32(p, 3), bit = _mm256_and_si256(p, seven);
-            __m256i got = _mm256_srlv_epi32(_mm256_i32gather_epi32((const int *)offs, at8, 1), bit);
             /* a width of 32 shifts the mask's 1 out: all ones, as it should */
             __m256i keep = _mm256_sub_epi32(_mm256_sllv_epi32(one, wd[g]), one);
-            if (width == 4) {  /* up to 7 + 32 bits: the next four bytes too (a shift by 32 gives 0) */
-                __m256i next = _mm256_i32gather_epi32((const int *)offs, _mm256_add_epi32(at8, _mm256_set1_epi32(4)), 1);
-                got = _mm256_or_si256(got, _mm256_sllv_epi32(next, _mm256_sub_epi32(_mm256_set1_epi32(32), bit)));
-                r[g] = _mm256_add_epi32(v[g], _mm256_and_si256(got, keep));
-            } else
+            if (width == 4) {  /* up to 7 + 32 bits: eight bytes a lane, shifted as 64-bit items */
+                __m256i oa, ob, bq = _mm256_permutevar8x32_epi32(bit, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+                GATHER_PAIRS(oa, ob, offs, at8, 1);
+                oa = _mm256_srlv_epi64(oa, _mm256_cvtepu32_epi64(_mm256_castsi256_si128(bq)));
+                ob = _mm256_srlv_epi64(ob, _mm256_cvtepu32_epi64(_mm256_extracti128_si256(bq, 1)));
+                r[g] = _mm256_add_epi32(v[g], _mm256_and_si256(LOW_HALVES(oa, ob), keep));
+            } else {
+                __m256i got = _mm256_srlv_epi32(_mm256_i32gather_epi32((const int *)offs, at8, 1), bit);
                 r[g] = _mm256_add_epi32(_mm256_and_si256(v[g], lo16), _mm256_and_si256(got, keep));
+            }
             pos += (uint32_t)_mm256_extract_epi32(t, 7);
         }
         if (width == 4) {
@@ -689,10 +707,10 @@ static int wide_avx2(const uint32_t *packed, const uint32_t *vtab, const uint32_
 /* The kernel's contract one value at a time, for a CPU without AVX2: the
  * 32 states are independent but for the shared word position, so their
  * steps overlap as the vectors' do. The width and lower value of a slot's
- * bin come from vtab (and wtab) as the expressions W and LOWER say. */
+ * bin come from its entry's value v (and wtab) as W and LOWER say. */
 
 #define WIDE_SCALAR(NAME, T, W, LOWER) \
-static int NAME(const uint32_t *packed, const uint32_t *vtab, const uint32_t *wtab, uint32_t vmask, uint32_t *x, \
+static int NAME(const uint64_t *etab, const uint32_t *wtab, uint32_t vmask, uint32_t *x, \
                 const uint8_t *words, uint64_t wsafe, uint64_t wlimit, uint64_t *wat, const uint8_t *offs, \
                 uint64_t osafe, uint64_t olimit, uint64_t *opos, Py_ssize_t groups, Py_ssize_t *done, int P, T *out) { \
     const uint32_t mask = (1u << P) - 1; \
@@ -702,7 +720,7 @@ static int NAME(const uint32_t *packed, const uint32_t *vtab, const uint32_t *wt
     (void)wtab; (void)vmask; \
     for (; grp < groups && at <= wsafe && pos <= osafe; grp++, out += WIDE_LANES) { \
         for (int k = 0; k < WIDE_LANES; k++) { \
-            uint32_t X = x[k], slot = X & mask, e = packed[slot], v = vtab[slot], w = (W); \
+            uint32_t X = x[k], slot = X & mask, e = (uint32_t)etab[slot], v = (uint32_t)(etab[slot] >> 32), w = (W); \
             X = (e & 0xffff) * (X >> P) + (e >> 16); \
             uint32_t need = X < RANS_L, word = (uint32_t)words[at] | (uint32_t)words[at + 1] << 8; \
             x[k] = (X << (need << 4)) | (word & (0u - need)); \
@@ -717,8 +735,8 @@ static int NAME(const uint32_t *packed, const uint32_t *vtab, const uint32_t *wt
     *done = grp; \
     return bad; \
 }
-/* fields of at most 16 bits: vtab holds lower | width << 16; wider ones: wtab
- * the width, vtab the lower value (its low 6 bits the width where vmask drops them) */
+/* fields of at most 16 bits: v is lower | width << 16; wider ones: wtab
+ * the width, v the lower value (its low 6 bits the width where vmask drops them) */
 WIDE_SCALAR(wide_scalar8, uint8_t, v >> 16, v & 0xffff)
 WIDE_SCALAR(wide_scalar16, u16u, v >> 16, v & 0xffff)
 WIDE_SCALAR(wide_scalar32, u32u, wtab[slot], v & vmask)
@@ -743,7 +761,7 @@ static int wide_simd_usable(void) {
 static const char *decode_wide(const uint8_t *in, Py_ssize_t inlen, const uint8_t *offs, Py_ssize_t offslen,
                                Py_ssize_t n, int width, int bits, const uint32_t *freq, const uint32_t *cum,
                                const uint32_t *lower, const uint8_t *obits, Py_ssize_t bins, int P, void *out,
-                               uint16_t *slots, uint32_t *packed, uint32_t *vtab, uint32_t *wtab, int simd) {
+                               uint16_t *slots, uint64_t *etab, uint32_t *wtab, int simd) {
     const int lanes = WIDE_LANES;
     uint32_t M = 1u << P;
     const char *error = check_model(freq, cum, obits, bins, P, width);
@@ -778,7 +796,7 @@ static const char *decode_wide(const uint8_t *in, Py_ssize_t inlen, const uint8_
         for (Py_ssize_t r = 0, t = 0; r < bins; r++) {
             uint32_t v = width != 4 ? lower[r] | (uint32_t)obits[r] << 16 : low_width ? lower[r] | obits[r] : lower[r];
             for (uint32_t j = 0; j < freq[r]; j++, t++) {
-                packed[t] = freq[r] | j << 16; vtab[t] = v;
+                etab[t] = (freq[r] | j << 16) | (uint64_t)v << 32;
                 if (width == 4) wtab[t] = obits[r];
             }
         }
@@ -812,16 +830,16 @@ static const char *decode_wide(const uint8_t *in, Py_ssize_t inlen, const uint8_
             Py_ssize_t did = 0;
 #ifdef HAVE_WIDE_AVX2
             if (avx2)
-                bad = wide_avx2(packed, vtab, low_width ? NULL : wtab, x, wb, wsafe, wlimit, &wat, ob, osafe, olimit,
+                bad = wide_avx2(etab, low_width ? NULL : wtab, x, wb, wsafe, wlimit, &wat, ob, osafe, olimit,
                                 &opos, groups - done, &did, P, width, o8 + done * lanes * width);
             else
 #endif
-            if (width == 4) bad = wide_scalar32(packed, vtab, wtab, low_width ? ~63u : ~0u, x, wb, wsafe, wlimit,
+            if (width == 4) bad = wide_scalar32(etab, wtab, low_width ? ~63u : ~0u, x, wb, wsafe, wlimit,
                                                 &wat, ob, osafe, olimit, &opos, groups - done, &did, P,
                                                 o32 + done * lanes);
-            else if (width == 1) bad = wide_scalar8(packed, vtab, NULL, 0, x, wb, wsafe, wlimit, &wat, ob, osafe,
+            else if (width == 1) bad = wide_scalar8(etab, NULL, 0, x, wb, wsafe, wlimit, &wat, ob, osafe,
                                                     olimit, &opos, groups - done, &did, P, o8 + done * lanes);
-            else bad = wide_scalar16(packed, vtab, NULL, 0, x, wb, wsafe, wlimit, &wat, ob, osafe, olimit, &opos,
+            else bad = wide_scalar16(etab, NULL, 0, x, wb, wsafe, wlimit, &wat, ob, osafe, olimit, &opos,
                                      groups - done, &did, P, o16 + done * lanes);
             at = wbase + wat;
             pos = 8 * obase + opos;
@@ -880,13 +898,13 @@ static const char *decode_wide(const uint8_t *in, Py_ssize_t inlen, const uint8_
 static int32_t multi_perm[256][8];
 
 #ifdef HAVE_WIDE_AVX2
-/* One kernel per width of value (T). Offsets are read with 32-bit gathers
+/* One kernel per width of value (T). Offsets are read with gathers
  * from `obase`, which every active slot's offsets lie within 2^31 bytes of
  * (multi_add sees to it); an idle slot's lanes are masked off. */
 #define MULTI_KERNEL(NAME, T, NV) \
 __attribute__((target("avx2"))) \
 static void NAME(narrow_t *const *s, const int *live, const uint64_t *arena, const uint8_t *obase) { \
-    __m256i x[NV], mask[NV], P[NV], base[NV], dbase[NV], shift[NV], on[NV], pos[NV]; \
+    __m256i x[NV], mask[NV], P[NV], base[NV], dbase[NV], shift[NV], on[NV], on64[NV], pos[NV]; \
     const uint8_t *in[2 * NV]; \
     T *out[2 * NV]; \
     uint64_t at[2 * NV]; \
@@ -902,6 +920,7 @@ static void NAME(narrow_t *const *s, const int *live, const uint64_t *arena, con
         dbase[v] = _mm256_setr_m128i(_mm_set1_epi32(la ? (int)((uintptr_t)a->offs - (uintptr_t)obase) : 0), _mm_set1_epi32(lb ? (int)((uintptr_t)b->offs - (uintptr_t)obase) : 0)); \
         shift[v] = _mm256_setr_m128i(_mm_set1_epi32(a->f.shift), _mm_set1_epi32(b->f.shift)); \
         on[v] = _mm256_setr_m128i(_mm_set1_epi32(la ? -1 : 0), _mm_set1_epi32(lb ? -1 : 0)); \
+        on64[v] = _mm256_setr_epi64x(la ? -1 : 0, la ? -1 : 0, lb ? -1 : 0, lb ? -1 : 0); /* lanes 0, 1 | 4, 5 and 2, 3 | 6, 7 */ \
         pos[v] = _mm256_setr_m128i(_mm_set1_epi32((int)a->pos), _mm_set1_epi32((int)b->pos)); \
     } \
     const __m256i lo16 = _mm256_set1_epi32(0xffff), below = _mm256_set1_epi32(RANS_L - 1); \
@@ -910,8 +929,10 @@ static void NAME(narrow_t *const *s, const int *live, const uint64_t *arena, con
         __m256i h[NV]; \
         for (int v = 0; v < NV; v++) { /* each state's step: its slot's frequency | bias << 16, and its bin */ \
             __m256i slot = _mm256_add_epi32(_mm256_and_si256(x[v], mask[v]), base[v]); \
-            __m256i e = _mm256_i32gather_epi32((const int *)arena, slot, 8); \
-            h[v] = _mm256_i32gather_epi32((const int *)arena + 1, slot, 8); \
+            __m256i ea, eb; \
+            GATHER_PAIRS(ea, eb, arena, slot, 8); \
+            __m256i e = LOW_HALVES(ea, eb); \
+            h[v] = HIGH_HALVES(ea, eb); \
             x[v] = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(e, lo16), _mm256_srlv_epi32(x[v], P[v])), \
                                     _mm256_srli_epi32(e, 16)); \
         } \
@@ -934,14 +955,21 @@ static void NAME(narrow_t *const *s, const int *live, const uint64_t *arena, con
             __m256i p = _mm256_add_epi32(pos[v], _mm256_sub_epi32(t, wd)); \
             pos[v] = _mm256_add_epi32(pos[v], _mm256_shuffle_epi32(t, 0xff)); \
             __m256i byte = _mm256_add_epi32(_mm256_srli_epi32(p, 3), dbase[v]), bit = _mm256_and_si256(p, seven); \
-            __m256i got = _mm256_srlv_epi32(_mm256_mask_i32gather_epi32(zero, (const int *)obase, byte, on[v], 1), bit); \
+            __m256i got; \
+            if (sizeof(T) == 4) { /* up to 7 + 32 bits: eight bytes a lane, as 64-bit items (lanes as GATHER_PAIRS) */ \
+                const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7); \
+                __m256i q = _mm256_permutevar8x32_epi32(byte, order), bq = _mm256_permutevar8x32_epi32(bit, order); \
+                __m256i oa = _mm256_mask_i32gather_epi64(zero, (const long long *)obase, _mm256_castsi256_si128(q), \
+                                                         on64[v], 1); \
+                __m256i ob = _mm256_mask_i32gather_epi64(zero, (const long long *)obase, _mm256_extracti128_si256(q, 1), \
+                                                         on64[v], 1); \
+                oa = _mm256_srlv_epi64(oa, _mm256_cvtepu32_epi64(_mm256_castsi256_si128(bq))); \
+                ob = _mm256_srlv_epi64(ob, _mm256_cvtepu32_epi64(_mm256_extracti128_si256(bq, 1))); \
+                got = LOW_HALVES(oa, ob); \
+            } else \
+                got = _mm256_srlv_epi32(_mm256_mask_i32gather_epi32(zero, (const int *)obase, byte, on[v], 1), bit); \
             /* a width of 32 shifts the mask's 1 out: all ones, as it should */ \
             __m256i keep = _mm256_sub_epi32(_mm256_sllv_epi32(one, wd), one); \
-            if (sizeof(T) == 4) { /* up to 7 + 32 bits: the next four bytes too (a shift by 32 gives 0) */ \
-                __m256i next = _mm256_mask_i32gather_epi32(zero, (const int *)obase, \
-                                                           _mm256_add_epi32(byte, _mm256_set1_epi32(4)), on[v], 1); \
-                got = _mm256_or_si256(got, _mm256_sllv_epi32(next, _mm256_sub_epi32(_mm256_set1_epi32(32), bit))); \
-            } \
             __m256i r = _mm256_add_epi32(low, _mm256_and_si256(got, keep)); \
             T *oa = out[2 * v] + 4 * g, *ob = out[2 * v + 1] + 4 * g; \
             if (sizeof(T) == 4) { \
@@ -1622,7 +1650,7 @@ static const char *stream_decode(const uint8_t *data, Py_ssize_t len, Py_ssize_t
             if (P > slots_log) {
                 uint16_t *grown = PyMem_RawRealloc(slots, sizeof(uint16_t) << P);
                 if (grown) slots = grown;
-                uint32_t *more = PyMem_RawRealloc(packed, 3 * sizeof(uint32_t) << P);  /* packed, vtab, wtab */
+                uint32_t *more = PyMem_RawRealloc(packed, 3 * sizeof(uint32_t) << P);  /* etab (2 words a slot), wtab */
                 if (more) packed = more;
                 if (!grown || !more) { error = "out of memory"; break; }
                 slots_log = P;
@@ -1648,8 +1676,8 @@ static const char *stream_decode(const uint8_t *data, Py_ssize_t len, Py_ssize_t
                                       out + start * width, m.freqs, lower, obits, nbins, P, shift, stream);
             } else if (wide)
                 error = decode_wide(block + mpos, rlen, block + mpos + rlen, blen - mpos - rlen, count, width, bits, m.freqs,
-                                    cum, lower, obits, nbins, P, out + start * width, slots, packed,
-                                    packed + ((size_t)1 << slots_log), packed + ((size_t)2 << slots_log), simd);
+                                    cum, lower, obits, nbins, P, out + start * width, slots, (uint64_t *)packed,
+                                    packed + ((size_t)2 << slots_log), simd);
             else
                 error = decode_core(block + mpos, rlen, block + mpos + rlen, blen - mpos - rlen, count, width, m.freqs,
                                     cum, lower, obits, nbins, P, out + start * width, slots, (uint64_t *)packed,
