@@ -40,6 +40,11 @@ from ..workers import Workers, open_workers
 from ..workers.heap import keep_freed_memory
 from ..workers.pool import Pool, ordered_pairs
 
+try:
+    from ..native import _layout
+except ImportError:  # built without its extensions: the pieces one at a time
+    _layout = None
+
 Progress = Callable[[int], None] | None
 
 
@@ -427,6 +432,15 @@ class IntoMemory:
         memoryview(data)[offset: offset + len(chunk)] = memoryview(chunk).cast("B")
         return None
 
+    def put_pieces(self, data: np.ndarray, chunk, parts) -> None:
+        """A chunk's pieces (pieces(): offset in the file, in the chunk,
+        length) into their places at once."""
+        if _layout is None:
+            for at, within, n in parts:
+                self.put(data, memoryview(chunk)[within:within + n], at)
+        else:
+            _layout.scatter(chunk, parts, data)
+
     def close(self, data) -> None:
         pass
 
@@ -540,6 +554,11 @@ def _put_all(sink: Sink, handle, puts: list[tuple[str, object, list]]) -> list[t
     """Each (segment name, bytes, pieces) of `puts` into the sink, in order;
     the (name, problem) pairs found. A sink that takes runs (put_run) gets
     the pieces that follow one another in the file together."""
+    put_pieces = getattr(sink, "put_pieces", None)
+    if put_pieces is not None:  # in memory: nothing to report, damage raises
+        for _, data, parts in puts:
+            put_pieces(handle, data, parts)
+        return []
     put_run = getattr(sink, "put_run", None)
     if put_run is None:
         found = []

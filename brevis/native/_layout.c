@@ -856,6 +856,49 @@ static PyObject *layout_prefix(PyObject *self, PyObject *args) {
 }
 #undef PREFIX
 
+/* scatter(src, pieces, dst) -> None
+ * dst[at:at + n] = src[within:within + n] for each (at, within, n) of
+ * pieces, every range checked against its buffer first: a gathered
+ * segment's chunk put in its places in the file at once (a memoryview
+ * assignment a piece, in Python, cost about 1 us each: taesd's 339,
+ * ppocr's 694 in an unpack). */
+static PyObject *layout_scatter(PyObject *self, PyObject *args) {
+    PyObject *so, *po, *dobj;
+    if (!PyArg_ParseTuple(args, "OOO", &so, &po, &dobj)) return NULL;
+    PyObject *seq = PySequence_Fast(po, "pieces must be a sequence of (at, within, n)");
+    if (!seq) return NULL;
+    Py_buffer sb, db;
+    if (PyObject_GetBuffer(so, &sb, PyBUF_C_CONTIGUOUS) < 0) { Py_DECREF(seq); return NULL; }
+    if (PyObject_GetBuffer(dobj, &db, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&sb); Py_DECREF(seq); return NULL;
+    }
+    const Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    const char *error = NULL;
+    for (int pass = 0; pass < 2 && !error; pass++)  /* every piece checked, then every piece copied */
+        for (Py_ssize_t j = 0; j < count; j++) {
+            Py_ssize_t at, within, n;
+            PyObject *item = PySequence_Fast_GET_ITEM(seq, j);
+            if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) { error = "a piece is (at, within, n)"; break; }
+            at = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 0));
+            within = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 1));
+            n = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 2));
+            if ((at == -1 || within == -1 || n == -1) && PyErr_Occurred()) { error = ""; break; }
+            if (at < 0 || within < 0 || n < 0 || n > sb.len - within || n > db.len - at) {
+                error = "a piece lies outside its buffers";
+                break;
+            }
+            if (pass) memcpy((uint8_t *)db.buf + at, (const uint8_t *)sb.buf + within, (size_t)n);
+        }
+    PyBuffer_Release(&sb);
+    PyBuffer_Release(&db);
+    Py_DECREF(seq);
+    if (error) {
+        if (*error) PyErr_SetString(PyExc_ValueError, error);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"transpose", layout_transpose, METH_VARARGS, "transpose(src, rows, cols, itemsize, dst) -> None"},
     {"place", layout_place, METH_VARARGS, "place(src, width, records, stride, offset, dst) -> None"},
@@ -867,6 +910,7 @@ static PyMethodDef methods[] = {
     {"unpack", layout_unpack, METH_VARARGS, "unpack(packed, bits, dst) -> None"},
     {"prefix", layout_prefix, METH_VARARGS, "prefix(values, stride, xor) -> None: running sums or xors, in place"},
     {"interleave", layout_interleave, METH_VARARGS, "interleave(planes, dst) -> None"},
+    {"scatter", layout_scatter, METH_VARARGS, "scatter(src, pieces, dst) -> None: dst[at:at + n] = src[within:within + n] for each (at, within, n)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -113,3 +113,36 @@ def test_short_writes_are_written_on_from_where_they_stopped(tmp_path, monkeypat
     rng = np.random.default_rng(most or 0)
     parts = [rng.integers(1, 256, n, dtype=np.uint8) for n in (3, 17, 1, 40, 9)]
     assert _written(tmp_path, 77, parts, 7) == b"\0" * 7 + b"".join(p.tobytes() for p in parts)
+
+
+@pytest.fixture(scope="module")
+def gathered(tmp_path_factory):
+    """Many small tensors between large ones: the small ones gathered into
+    segments whose chunks lie in many pieces of the file."""
+    root = tmp_path_factory.mktemp("gathered")
+    rng = np.random.default_rng(5)
+    tensors = {}
+    for i in range(6):
+        tensors[f"l{i}.weight"] = ("F32", (64, 64), (rng.standard_normal(4096) * 0.05).astype(np.float32).tobytes())
+        tensors[f"l{i}.bias"] = ("F32", (64,), (rng.standard_normal(64) * 0.01).astype(np.float32).tobytes())
+        tensors[f"l{i}.scale"] = ("F32", (3,), rng.standard_normal(3).astype(np.float32).tobytes())
+    write_safetensors(root / "g.safetensors", tensors)
+    brevis.compress([root / "g.safetensors"], root / "g.brv")
+    return root
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+def test_gathered_chunks_go_to_their_pieces_in_memory(gathered, kernel, monkeypatch):
+    """unpack puts a gathered segment's chunk in its places at once
+    (_layout.scatter), or a piece at a time without the extension."""
+    from brevis.codec import chunks
+
+    with ArchiveReader(gathered / "g.brv") as reader:
+        assert any(seg.members is not None and len(seg.ranges) > 1 for seg in reader.index.files[0].segments)
+    if not kernel:
+        monkeypatch.setattr(chunks, "_layout", None)
+    elif chunks._layout is None:
+        pytest.skip("the C extension is not built")
+    for threads in (1, 2):
+        got = brevis.unpack(gathered / "g.brv", threads=threads)
+        assert bytes(got["g.safetensors"]) == (gathered / "g.safetensors").read_bytes()

@@ -342,3 +342,20 @@ def test_delta_and_xor_delta_decode_alike_with_and_without_the_kernel(dtype, str
         assert np.array_equal(y, z)  # untouched
     with pytest.raises(ValueError):
         delta._layout.prefix(np.zeros(4, np.uint8), 0, True)
+
+
+def test_scatter_puts_each_piece_and_refuses_pieces_outside_their_buffers():
+    src = np.arange(100, dtype=np.uint8)
+    dst = np.zeros(50, np.uint8)
+    delta._layout.scatter(src, [(0, 10, 5), (40, 95, 5), (20, 0, 0), (7, 0, 3)], dst)
+    want = np.zeros(50, np.uint8)
+    want[0:5], want[40:45], want[7:10] = src[10:15], src[95:100], src[0:3]
+    assert np.array_equal(dst, want)
+    for bad in ([(46, 0, 5)], [(0, 96, 5)], [(-1, 0, 1)], [(0, -1, 1)], [(0, 0, -1)], [(0, 0)], [[0, 0, 1]],
+                [(0, 0, 1), (0, 0, 1 << 62)]):
+        before = dst.copy()
+        with pytest.raises((ValueError, TypeError, OverflowError)):
+            delta._layout.scatter(src, bad, dst)
+        assert np.array_equal(dst, before)  # every piece checked before any is copied
+    with pytest.raises((ValueError, TypeError, BufferError)):
+        delta._layout.scatter(src, [(0, 0, 1)], src.tobytes())  # read-only destination
