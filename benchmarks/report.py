@@ -58,7 +58,8 @@ def markdown(res: dict) -> str:
     speed_modes = [x for x in ("memory", "tmpfs", "disk") if x in modes]
     out = [
         "# Brevis benchmark\n",
-        f"{res['date']} · brevis {res.get('brevis_revision') or '?'} · `uname -m` {m['arch']} · nproc {m['nproc']} · "
+        f"{res['date']} · brevis {res.get('brevis_revision') or '?'} · `uname -m` {m['arch']}"
+        + (f" · {m['cpu']}" if m.get("cpu") else "") + f" · nproc {m['nproc']} · "
         f"threads {res['threads']} · Python {m['python']} · {_load(m.get('loadavg_1min'))} · {len(items)} items, "
         f"{total / 1e6:.1f} MB ({res['corpus']})" + (f" · tmpfs {fs['tmpfs']}, disk {fs['disk']}" if fs else "") + "\n",
         "Ratio = compressed / original (lower is better), of the file-to-file output. Throughput = MB (10^6 "
