@@ -53,7 +53,9 @@ def threads_available() -> int:
 def cpu_model() -> str:
     """The processor's name and its widest vector extension (Linux's
     /proc/cpuinfo; the machine name elsewhere): figures of one processor do
-    not carry to another (the kernels' gathers cost twice as much on some)."""
+    not carry to another (on an AMD EPYC with AVX-512 both Brevis and pcodec
+    decoded slower than on the processor of the runs before, and the items
+    where each leads changed)."""
     try:
         with open("/proc/cpuinfo") as f:
             info = f.read()

@@ -879,9 +879,9 @@ static PyObject *layout_scatter(PyObject *self, PyObject *args) {
             Py_ssize_t at, within, n;
             PyObject *item = PySequence_Fast_GET_ITEM(seq, j);
             if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) { error = "a piece is (at, within, n)"; break; }
-            at = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 0));
-            within = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 1));
-            n = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 2));
+            at = PyNumber_AsSsize_t(PyTuple_GET_ITEM(item, 0), PyExc_OverflowError);
+            within = PyNumber_AsSsize_t(PyTuple_GET_ITEM(item, 1), PyExc_OverflowError);
+            n = PyNumber_AsSsize_t(PyTuple_GET_ITEM(item, 2), PyExc_OverflowError);
             if ((at == -1 || within == -1 || n == -1) && PyErr_Occurred()) { error = ""; break; }
             if (at < 0 || within < 0 || n < 0 || n > sb.len - within || n > db.len - at) {
                 error = "a piece lies outside its buffers";
