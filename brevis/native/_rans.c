@@ -614,13 +614,29 @@ static int32_t wide_perm[256][8];  /* lane k of mask m takes word popcount(m & (
  * gathers of four: lanes 0, 1, 4, 5 and 2, 3, 6, 7, so that one shuffle
  * takes their low halves in lane order (and another their high halves).
  * Gathers cost by the item: half as many items as two 32-bit gathers. */
-#define GATHER_PAIRS(A, B, BASE, IDX, SCALE) { \
-    __m256i q_ = _mm256_permutevar8x32_epi32((IDX), _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7)); \
-    A = _mm256_i32gather_epi64((const long long *)(BASE), _mm256_castsi256_si128(q_), SCALE); \
-    B = _mm256_i32gather_epi64((const long long *)(BASE), _mm256_extracti128_si256(q_, 1), SCALE); \
+#define PAIR_ORDER _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7)
+/* The same where MASK (64-bit lanes, in the gathers' order) is set; zeros
+ * elsewhere. AVX2's gathers always take a mask: all ones is the unmasked one. */
+#define GATHER_PAIRS_MASKED(A, B, BASE, IDX, SCALE, MASK) { \
+    __m256i q_ = _mm256_permutevar8x32_epi32((IDX), PAIR_ORDER); \
+    A = _mm256_mask_i32gather_epi64(_mm256_setzero_si256(), (const long long *)(BASE), _mm256_castsi256_si128(q_), \
+                                    (MASK), SCALE); \
+    B = _mm256_mask_i32gather_epi64(_mm256_setzero_si256(), (const long long *)(BASE), _mm256_extracti128_si256(q_, 1), \
+                                    (MASK), SCALE); \
 }
+#define GATHER_PAIRS(A, B, BASE, IDX, SCALE) GATHER_PAIRS_MASKED(A, B, BASE, IDX, SCALE, _mm256_set1_epi64x(-1))
 #define LOW_HALVES(A, B) _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(A), _mm256_castsi256_ps(B), 0x88))
 #define HIGH_HALVES(A, B) _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(A), _mm256_castsi256_ps(B), 0xdd))
+/* 32-bit values' offsets: eight bytes from byte AT8 of BASE in each lane
+ * (up to 7 + 32 bits), shifted right by BIT as 64-bit items, their low
+ * halves in lane order; MASK as GATHER_PAIRS_MASKED's. */
+#define OFFSETS32(OUT, BASE, AT8, BIT, MASK) { \
+    __m256i oa_, ob_, bq_ = _mm256_permutevar8x32_epi32((BIT), PAIR_ORDER); \
+    GATHER_PAIRS_MASKED(oa_, ob_, BASE, AT8, 1, MASK); \
+    oa_ = _mm256_srlv_epi64(oa_, _mm256_cvtepu32_epi64(_mm256_castsi256_si128(bq_))); \
+    ob_ = _mm256_srlv_epi64(ob_, _mm256_cvtepu32_epi64(_mm256_extracti128_si256(bq_, 1))); \
+    OUT = LOW_HALVES(oa_, ob_); \
+}
 __attribute__((target("avx2")))
 static int wide_avx2(const uint64_t *etab, const uint32_t *wtab, uint32_t *xs, const uint8_t *words,
                      uint64_t wsafe, uint64_t wlimit, uint64_t *wat, const uint8_t *offs, uint64_t osafe,
@@ -669,12 +685,10 @@ static int wide_avx2(const uint64_t *etab, const uint32_t *wtab, uint32_t *xs, c
             __m256i at8 = _mm256_srli_epi32(p, 3), bit = _mm256_and_si256(p, seven);
             /* a width of 32 shifts the mask's 1 out: all ones, as it should */
             __m256i keep = _mm256_sub_epi32(_mm256_sllv_epi32(one, wd[g]), one);
-            if (width == 4) {  /* up to 7 + 32 bits: eight bytes a lane, shifted as 64-bit items */
-                __m256i oa, ob, bq = _mm256_permutevar8x32_epi32(bit, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
-                GATHER_PAIRS(oa, ob, offs, at8, 1);
-                oa = _mm256_srlv_epi64(oa, _mm256_cvtepu32_epi64(_mm256_castsi256_si128(bq)));
-                ob = _mm256_srlv_epi64(ob, _mm256_cvtepu32_epi64(_mm256_extracti128_si256(bq, 1)));
-                r[g] = _mm256_add_epi32(v[g], _mm256_and_si256(LOW_HALVES(oa, ob), keep));
+            if (width == 4) {
+                __m256i got;
+                OFFSETS32(got, offs, at8, bit, _mm256_set1_epi64x(-1));
+                r[g] = _mm256_add_epi32(v[g], _mm256_and_si256(got, keep));
             } else {
                 __m256i got = _mm256_srlv_epi32(_mm256_i32gather_epi32((const int *)offs, at8, 1), bit);
                 r[g] = _mm256_add_epi32(_mm256_and_si256(v[g], lo16), _mm256_and_si256(got, keep));
@@ -956,17 +970,9 @@ static void NAME(narrow_t *const *s, const int *live, const uint64_t *arena, con
             pos[v] = _mm256_add_epi32(pos[v], _mm256_shuffle_epi32(t, 0xff)); \
             __m256i byte = _mm256_add_epi32(_mm256_srli_epi32(p, 3), dbase[v]), bit = _mm256_and_si256(p, seven); \
             __m256i got; \
-            if (sizeof(T) == 4) { /* up to 7 + 32 bits: eight bytes a lane, as 64-bit items (lanes as GATHER_PAIRS) */ \
-                const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7); \
-                __m256i q = _mm256_permutevar8x32_epi32(byte, order), bq = _mm256_permutevar8x32_epi32(bit, order); \
-                __m256i oa = _mm256_mask_i32gather_epi64(zero, (const long long *)obase, _mm256_castsi256_si128(q), \
-                                                         on64[v], 1); \
-                __m256i ob = _mm256_mask_i32gather_epi64(zero, (const long long *)obase, _mm256_extracti128_si256(q, 1), \
-                                                         on64[v], 1); \
-                oa = _mm256_srlv_epi64(oa, _mm256_cvtepu32_epi64(_mm256_castsi256_si128(bq))); \
-                ob = _mm256_srlv_epi64(ob, _mm256_cvtepu32_epi64(_mm256_extracti128_si256(bq, 1))); \
-                got = LOW_HALVES(oa, ob); \
-            } else \
+            if (sizeof(T) == 4) \
+                OFFSETS32(got, obase, byte, bit, on64[v]) \
+            else \
                 got = _mm256_srlv_epi32(_mm256_mask_i32gather_epi32(zero, (const int *)obase, byte, on[v], 1), bit); \
             /* a width of 32 shifts the mask's 1 out: all ones, as it should */ \
             __m256i keep = _mm256_sub_epi32(_mm256_sllv_epi32(one, wd), one); \
