@@ -61,8 +61,11 @@ def cpu_model() -> str:
             info = f.read()
     except OSError:
         return platform.processor() or platform.machine()
-    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
-    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
+    fields = {}
+    for line in info.splitlines():  # the first processor's lines
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    name, flags = fields.get("model name", "?"), fields.get("flags", "").split()
     widest = next((label for flag, label in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("sse4_2", "SSE4.2"))
                    if flag in flags), None)
     return f"{name} ({widest})" if widest else name

@@ -434,12 +434,9 @@ class IntoMemory:
 
     def put_pieces(self, data: np.ndarray, chunk, parts) -> None:
         """A chunk's pieces (pieces(): offset in the file, in the chunk,
-        length) into their places at once."""
-        if _layout is None:
-            for at, within, n in parts:
-                self.put(data, memoryview(chunk)[within:within + n], at)
-        else:
-            _layout.scatter(chunk, parts, data)
+        length) into their places at once (with the extension; without it,
+        _put_all puts them one at a time)."""
+        _layout.scatter(chunk, parts, data)
 
     def close(self, data) -> None:
         pass
@@ -554,7 +551,7 @@ def _put_all(sink: Sink, handle, puts: list[tuple[str, object, list]]) -> list[t
     """Each (segment name, bytes, pieces) of `puts` into the sink, in order;
     the (name, problem) pairs found. A sink that takes runs (put_run) gets
     the pieces that follow one another in the file together."""
-    put_pieces = getattr(sink, "put_pieces", None)
+    put_pieces = getattr(sink, "put_pieces", None) if _layout is not None else None
     if put_pieces is not None:  # in memory: nothing to report, damage raises
         for _, data, parts in puts:
             put_pieces(handle, data, parts)
