@@ -93,6 +93,11 @@ class Production:
     def __hash__(self) -> int:
         return self._hash
 
+    def __reduce__(self):
+        # Made again where unpickled: _hash is of strings, whose hashes
+        # differ between processes (a spawned worker's).
+        return _rebuild, (type(self), self._config)
+
     def __repr__(self) -> str:
         return self.describe()
 
@@ -218,6 +223,10 @@ class Coder(Production):
 
 
 REGISTRY: dict[str, type[Production]] = {}
+
+
+def _rebuild(cls: type[Production], config: dict) -> Production:
+    return cls(**config)
 
 
 def register(cls: type[Production]) -> type[Production]:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import pickle
+import subprocess
+import sys
 
 import pytest
 
@@ -294,6 +298,33 @@ def test_node_limit_in_the_checker():
     assert 1 + 64 * 4 > MAX_NODES
     with pytest.raises(ProgramError, match="nodes"):
         too_many.check(Field(64))
+
+
+def test_a_shared_subtree_is_checked_for_each_type_and_place():
+    planes = Program.op(BytePlanes(), RAW, RAW)
+    assert Program.op(FloatFields(grouping="e|sm"), RAW, planes).check(F16) == 3  # sign_mantissa: 11 bits, 2 planes
+    with pytest.raises(ProgramError):  # F32's sign_mantissa has 3 planes
+        Program.op(FloatFields(grouping="e|sm"), RAW, planes).check(F32)
+    assert planes.check(Field(16)) == 2
+    # Well typed as a root, refused below one (a base tensor only at the root)
+    ref = Program.from_json(["xor_base", {}, [["raw", {}]]])
+    assert ref.check(F32) == 1
+    with pytest.raises(ProgramError, match="only at the root"):
+        Program.op(Transpose(cols=1), ref).check(F32)
+
+
+def test_a_pickled_program_hashes_as_one_made_where_it_is_unpickled():
+    # A worker started by spawn has other string hashes: a production's
+    # hash, cached where it was made, must not travel with it.
+    p = Program.op(FloatFields(grouping="e|sm"), RAW, Program.op(BytePlanes(), RAW, Program.leaf(Zstd.at_level(3))))
+    assert pickle.loads(pickle.dumps(p)) == p and hash(pickle.loads(pickle.dumps(p))) == hash(p)
+    code = ("import pickle, sys; from brevis.dsl import Program; "
+            "p = pickle.loads(sys.stdin.buffer.read()); q = Program.from_json(p.to_json()); "
+            "print(p == q, hash(p) == hash(q), hash(p.node) == hash(q.node), len({p, q}))")
+    for seed in ("1", "2"):
+        out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(p), capture_output=True,
+                             env={**os.environ, "PYTHONHASHSEED": seed}, check=True).stdout
+        assert out.split() == [b"True", b"True", b"True", b"1"]
 
 
 # ------------------------------------------------------------ describe
