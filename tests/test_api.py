@@ -387,7 +387,7 @@ def test_verify_reports_missing_and_extra_source_files(bigger, tmp_path):
 
 
 def test_unpack_makes_its_output_while_the_index_is_checked(tmp_path, monkeypatch):
-    """Where the index and the output are large enough (here: any), unpack
+    """Where the output is large enough (here: any size), unpack
     makes its buffers from the index as parsed and faults them in on a
     thread while the index is checked; the bytes are the same, and where
     the checks fail the thread is stopped and nothing is returned."""
@@ -399,7 +399,6 @@ def test_unpack_makes_its_output_while_the_index_is_checked(tmp_path, monkeypatc
     from brevis.workers import heap
 
     monkeypatch.setattr(decoder, "EARLY_BYTES", 0)
-    monkeypatch.setattr(decoder, "EARLY_INDEX", 0)
     started = []
     real = heap.populate
     monkeypatch.setattr(decoder, "populate", lambda bufs: started.append(len(bufs)) or real(bufs))

@@ -111,17 +111,19 @@ def unpack(archive, *, threads: int = 1, base=None, progress: Progress = None) -
 
 # unpack's output is made before the index's checks, and faulted in on a
 # thread of its own while they run, where the output is at least
-# EARLY_BYTES and the index's text EARLY_INDEX (its checks take about 50 ns
-# a byte of it in a fresh process: ppocr's 65 KB, 3.3 ms) and the output
-# at most EARLY_MOST. The thread costs its start and, while it faults pages
-# in, the memory map's lock. Measured, one-shot unpack at 2 threads, 50
-# runs each, interleaved: ppocr (28 MB, index 65 KB) mean 32.61 -> 31.45
-# ms, p90 35.64 -> 33.01; where the index is small the thread did not pay
-# (medians of 13: silero, 5.8 MB and 24 KB, 6.69 -> 7.47; taesd, 7.9 MB
-# and 44 KB, 10.27 -> 10.43; resemblyzer, 17 MB and 17 KB, 17.45 ->
-# 17.19; silero's mean over 80, 8.43 -> 8.37).
+# EARLY_BYTES and at most EARLY_MOST. The thread costs its start and, while
+# it faults pages in, the memory map's lock. Measured, one-shot unpack at 2
+# threads, 50 runs each, interleaved: ppocr (28 MB, index 65 KB) mean
+# 32.61 -> 31.45 ms, p90 35.64 -> 33.01; below 8 MiB of output it did not
+# pay (medians of 13: silero, 5.8 MB, 6.69 -> 7.47; taesd, 7.9 MB, 10.27 ->
+# 10.43). It once waited for an index text of 32 KB too; on the AMD EPYC
+# (whose kernel sometimes zeroes pages far slower) that left out items
+# whose output is large and index small, which gain: 30 runs each,
+# interleaved, resemblyzer (17 MB, index 17 KB) mean 23.54 -> 19.40 ms,
+# median 20.06 -> 18.33; nudenet (12 MB) 14.72 -> 12.35, 12.02 -> 11.73;
+# deepfilternet (8.6 MB) 9.18 -> 9.01, 9.12 -> 8.95 (pocketnet, populated
+# either way: 24.62 -> 24.62).
 EARLY_BYTES = 8 << 20
-EARLY_INDEX = 32 << 10
 EARLY_MOST = 1 << 30
 EARLY_FILES = 1 << 12
 
@@ -139,7 +141,7 @@ class _EarlyBuffers:
 
     def __call__(self, obj, length: int) -> None:
         files = obj.get("files") if type(obj) is dict else None
-        if length < EARLY_INDEX or type(files) is not list or len(files) > EARLY_FILES:
+        if type(files) is not list or len(files) > EARLY_FILES:
             return  # (an index listing more files than that is left to its checks, however many it claims)
         sizes = [f.get("size") if type(f) is dict else None for f in files]
         if not all(type(n) is int and n >= 0 for n in sizes) or not EARLY_BYTES <= sum(sizes) <= EARLY_MOST:
