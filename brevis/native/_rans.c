@@ -919,10 +919,9 @@ static int32_t multi_perm[256][8];
 __attribute__((target("avx2"))) \
 static void NAME(narrow_t *const *s, const int *live, const uint64_t *arena, const uint8_t *obase) { \
     __m256i x[NV], mask[NV], P[NV], base[NV], dbase[NV], shift[NV], on[NV], on64[NV], pos[NV]; \
-    const uint8_t *in[2 * NV]; \
+    const uint8_t *wp[2 * NV]; /* each block's next word */ \
     T *out[2 * NV]; \
-    uint64_t at[2 * NV]; \
-    for (int k = 0; k < 2 * NV; k++) { in[k] = s[k]->in; at[k] = s[k]->at; out[k] = (T *)s[k]->out + s[k]->i; } \
+    for (int k = 0; k < 2 * NV; k++) { wp[k] = s[k]->in + s[k]->at; out[k] = (T *)s[k]->out + s[k]->i; } \
     for (int v = 0; v < NV; v++) { \
         const narrow_t *a = s[2 * v], *b = s[2 * v + 1]; \
         const int la = live[2 * v], lb = live[2 * v + 1]; \
@@ -954,12 +953,12 @@ static void NAME(narrow_t *const *s, const int *live, const uint64_t *arena, con
             const int a = 2 * v, b = a + 1; \
             __m256i need = _mm256_cmpeq_epi32(_mm256_min_epu32(x[v], below), x[v]); \
             unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(need)); \
-            __m128i words = _mm_set_epi64x((long long)load8(in[b] + at[b]), (long long)load8(in[a] + at[a])); \
+            __m128i words = _mm_set_epi64x((long long)load8(wp[b]), (long long)load8(wp[a])); \
             __m256i w = _mm256_permutevar8x32_epi32(_mm256_cvtepu16_epi32(words), \
                                                     _mm256_loadu_si256((const __m256i *)multi_perm[m])); \
             x[v] = _mm256_blendv_epi8(x[v], _mm256_or_si256(_mm256_slli_epi32(x[v], 16), w), need); \
-            at[a] += 2 * (uint64_t)__builtin_popcount(m & 15); \
-            at[b] += 2 * (uint64_t)__builtin_popcount(m >> 4); \
+            wp[a] += 2 * __builtin_popcount(m & 15); \
+            wp[b] += 2 * __builtin_popcount(m >> 4); \
         } \
         for (int v = 0; v < NV; v++) { /* offsets: positions by a prefix sum of the widths within each half */ \
             __m256i wd = _mm256_srli_epi32(h[v], 16), low = _mm256_and_si256(h[v], lo16); \
@@ -1001,7 +1000,7 @@ static void NAME(narrow_t *const *s, const int *live, const uint64_t *arena, con
         memcpy(s[2 * v + 1]->x, lanes + 4, 16); \
         s[2 * v]->pos = bits[0]; s[2 * v + 1]->pos = bits[4]; \
     } \
-    for (int k = 0; k < 2 * NV; k++) { s[k]->at = at[k]; s[k]->i += 4 * MULTI_GROUPS; } \
+    for (int k = 0; k < 2 * NV; k++) { s[k]->at = (uint64_t)(wp[k] - s[k]->in); s[k]->i += 4 * MULTI_GROUPS; } \
 }
 MULTI_KERNEL(multi8_avx2_8, uint8_t, 4)
 MULTI_KERNEL(multi8_avx2_16, u16u, 4)
