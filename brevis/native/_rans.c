@@ -398,16 +398,26 @@ static int build_stab(const uint32_t *freq, const uint32_t *lower, const uint8_t
  * (in, limit: the four states, then the words; at: the next word), its
  * offset bits (offs, olimit bytes; pos: the next bit), the n values of
  * `width` bytes it decodes into out (i done), the four states, its slot
- * table. `stream`: its stream's position in a decode_streams call. */
+ * table. `stream`: its stream's position in a decode_streams call.
+ * wread, oread: the bytes that may be read from in and from offs, past
+ * the block's own where its stream goes on after it (its offsets follow
+ * its words, the next block its offsets): the unchecked loads need a
+ * margin of readable bytes, not of the block's, so that a block followed
+ * by another is not finished one checked value at a time for its last few
+ * hundred. Reading past the block is harmless: its words and offsets used
+ * are checked against limit and olimit after every batch and call. */
 typedef struct {
     const uint8_t *in, *offs;
-    uint64_t limit, at, olimit, pos;
+    uint64_t limit, at, olimit, pos, wread, oread;
     uint8_t *out;
     Py_ssize_t n, i, stream;
     uint32_t x[LANES];
     fast_t f;
     int widths;
 } narrow_t;
+
+/* The most bytes past a block that narrow_t's wread and oread count. */
+#define SPARE_MOST 4096
 
 /* The first four bytes of p, little-endian. */
 static inline uint32_t load4(const uint8_t *p) {
@@ -417,11 +427,14 @@ static inline uint32_t load4(const uint8_t *p) {
 /* Start a narrow block (its model checked, its slot table built in stab):
  * NULL, or what is wrong. */
 static const char *narrow_start(narrow_t *b, const uint8_t *in, Py_ssize_t inlen, const uint8_t *offs,
-                                Py_ssize_t offslen, Py_ssize_t n, void *out, uint64_t *stab, int P, int shift,
-                                int widths) {
+                                Py_ssize_t offslen, Py_ssize_t spare, Py_ssize_t n, void *out, uint64_t *stab,
+                                int P, int shift, int widths) {
     if (inlen < 4 * LANES || (inlen - 4 * LANES) % 2) return "damaged stream (length)";
     b->in = in; b->limit = (uint64_t)inlen; b->at = 4 * LANES;
     b->offs = offs; b->olimit = (uint64_t)offslen; b->pos = 0;
+    if (spare > SPARE_MOST) spare = SPARE_MOST;
+    b->oread = (uint64_t)(offslen + spare);
+    b->wread = offs == in + inlen ? (uint64_t)inlen + b->oread : (uint64_t)inlen;
     b->out = out; b->n = n; b->i = 0;
     b->f.stab = stab; b->f.P = P; b->f.mask = (1u << P) - 1; b->f.shift = shift;
     b->widths = widths;
@@ -441,7 +454,7 @@ static const char *narrow_start(narrow_t *b, const uint8_t *in, Py_ssize_t inlen
 static const char *narrow_finish(narrow_t *b, int width, int simd) {
     const fast_t *f = &b->f;
     const uint8_t *in = b->in, *ostart = b->offs;
-    const uint64_t limit = b->limit, olimit = b->olimit;
+    const uint64_t limit = b->limit, olimit = b->olimit, wread = b->wread, oread = b->oread;
     uint64_t at = b->at, pos = b->pos;
     Py_ssize_t i = b->i, n = b->n;
     const int widths = b->widths, k = width == 1 ? 0 : width == 2 ? 1 : 2;
@@ -462,7 +475,7 @@ static const char *narrow_finish(narrow_t *b, int width, int simd) {
     int cur = 0, pending = 0;
     uint8_t *ob = b->out;
     while (!bad && i + BATCH <= n) {
-        int words_safe = at + FAST_WORD_READS <= limit, offsets_safe = (pos >> 3) + FAST_OFFSET_READS <= olimit;
+        int words_safe = at + FAST_WORD_READS <= wread, offsets_safe = (pos >> 3) + FAST_OFFSET_READS <= oread;
         if (pending && widths && words_safe && offsets_safe) {
             fused(f, b->x, in, &at, rb[cur ^ 1], rb[cur], ostart, &pos, ob + (i - BATCH) * width);
             cur ^= 1;
@@ -476,7 +489,7 @@ static const char *narrow_finish(narrow_t *b, int width, int simd) {
         if (pos > 8 * olimit || at > limit) bad = 1;
     }
     if (pending && !bad) {
-        int offsets_safe = (pos >> 3) + FAST_OFFSET_READS <= olimit;
+        int offsets_safe = (pos >> 3) + FAST_OFFSET_READS <= oread;
         pos = (offsets_safe ? offsets : checked[k])(f, rb[cur], ostart, olimit, pos, ob + (i - BATCH) * width, widths);
         if (pos > 8 * olimit) bad = 1;
     }
@@ -514,7 +527,7 @@ static const char *narrow_finish(narrow_t *b, int width, int simd) {
  * entries; stab unused for P > 15). NULL, or what is wrong. Needs no GIL.
  * `simd` 0: the batches without BMI2 (the tests hold both to the same values). */
 static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_t *offs, Py_ssize_t offslen,
-                               Py_ssize_t n, int width, const uint32_t *freq, const uint32_t *cum,
+                               Py_ssize_t spare, Py_ssize_t n, int width, const uint32_t *freq, const uint32_t *cum,
                                const uint32_t *lower, const uint8_t *obits, Py_ssize_t bins, int P, void *out,
                                uint16_t *slots, uint64_t *stab, int shift, int simd) {
     const char *error = check_model(freq, cum, obits, bins, P, width);
@@ -522,7 +535,7 @@ static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_
     if (P <= 15 && n >= BATCH) {  /* the fast path, on the slot table */
         narrow_t b;
         int widths = build_stab(freq, lower, obits, bins, shift, stab);
-        error = narrow_start(&b, in, inlen, offs, offslen, n, out, stab, P, shift, widths);
+        error = narrow_start(&b, in, inlen, offs, offslen, spare, n, out, stab, P, shift, widths);
         return error ? error : narrow_finish(&b, width, simd);
     }
     if (inlen < 4 * LANES || (inlen - 4 * LANES) % 2) return "damaged stream (length)";
@@ -1052,8 +1065,8 @@ static void multi_retire(multi_t *m, int k) {
 /* Whether a block can take a kernel call: the values, and its streams
  * holding every byte the call may read. */
 static int multi_ready(const narrow_t *b) {
-    return b->n - b->i >= 4 * MULTI_GROUPS && b->at + MULTI_WORD_READS <= b->limit
-           && (b->pos >> 3) + MULTI_OFFSET_READS <= b->olimit;
+    return b->n - b->i >= 4 * MULTI_GROUPS && b->at + MULTI_WORD_READS <= b->wread
+           && (b->pos >> 3) + MULTI_OFFSET_READS <= b->oread;
 }
 
 /* Kernel calls while every slot is busy; with `drain`, until every block is
@@ -1126,7 +1139,7 @@ static int multi_fits(multi_t *m, const uint8_t *offs, Py_ssize_t offslen) {
 /* A checked narrow block into a slot of the engine (after kernel calls to
  * free one, where all are busy): NULL, or what is wrong with its start. */
 static const char *multi_add(multi_t *m, const uint8_t *in, Py_ssize_t inlen, const uint8_t *offs, Py_ssize_t offslen,
-                             Py_ssize_t n, void *out, const uint32_t *freq, const uint32_t *lower,
+                             Py_ssize_t spare, Py_ssize_t n, void *out, const uint32_t *freq, const uint32_t *lower,
                              const uint8_t *obits, Py_ssize_t bins, int P, int shift, Py_ssize_t stream) {
     int k = 0;
     while (k < MULTI_SLOTS && m->used[k]) k++;
@@ -1136,7 +1149,7 @@ static const char *multi_add(multi_t *m, const uint8_t *in, Py_ssize_t inlen, co
     }
     uint64_t *stab = m->arena + (size_t)k * SLOT_ENTRIES;
     int widths = build_stab(freq, lower, obits, bins, shift, stab);
-    const char *error = narrow_start(&m->slot[k], in, inlen, offs, offslen, n, out, stab, P, shift, widths);
+    const char *error = narrow_start(&m->slot[k], in, inlen, offs, offslen, spare, n, out, stab, P, shift, widths);
     if (error) return error;
     m->slot[k].stream = stream;
     m->used[k] = 1;
@@ -1666,25 +1679,27 @@ static const char *stream_decode(const uint8_t *data, Py_ssize_t len, Py_ssize_t
                 lower[r] = m.firsts[r] << shift;
                 obits[r] = (uint8_t)(m.levels[r] + shift);
             }
-            /* a narrow block long enough for a slot of the engine for its width (multi[width / 2]) */
+            /* a narrow block long enough for a slot of the engine for its width (multi[width / 2]);
+             * `spare`: the stream's bytes after the block (narrow_t), at most SPARE_MOST */
+            Py_ssize_t spare = len - pos - blen < SPARE_MOST ? len - pos - blen : SPARE_MOST;
             multi_t *engine = NULL;
             if (!wide && multi && P <= 15 && count >= MULTI_MIN
-                    && 8 * ((uint64_t)(blen - mpos - rlen) + MULTI_OFFSET_READS) < ((uint64_t)1 << 31)) {
+                    && 8 * ((uint64_t)(blen - mpos - rlen + spare) + MULTI_OFFSET_READS) < ((uint64_t)1 << 31)) {
                 if (!multi[width >> 1]) multi[width >> 1] = multi_new(width, simd);
                 engine = multi[width >> 1];  /* none where memory ran out: decoded now */
-                if (engine && !multi_fits(engine, block + mpos + rlen, blen - mpos - rlen)) engine = NULL;
+                if (engine && !multi_fits(engine, block + mpos + rlen, blen - mpos - rlen + spare)) engine = NULL;
             }
             if (engine) {
                 error = check_model(m.freqs, cum, obits, nbins, P, width);
                 if (!error)
-                    error = multi_add(engine, block + mpos, rlen, block + mpos + rlen, blen - mpos - rlen, count,
+                    error = multi_add(engine, block + mpos, rlen, block + mpos + rlen, blen - mpos - rlen, spare, count,
                                       out + start * width, m.freqs, lower, obits, nbins, P, shift, stream);
             } else if (wide)
                 error = decode_wide(block + mpos, rlen, block + mpos + rlen, blen - mpos - rlen, count, width, bits, m.freqs,
                                     cum, lower, obits, nbins, P, out + start * width, slots, (uint64_t *)packed,
                                     packed + ((size_t)2 << slots_log), simd);
             else
-                error = decode_core(block + mpos, rlen, block + mpos + rlen, blen - mpos - rlen, count, width, m.freqs,
+                error = decode_core(block + mpos, rlen, block + mpos + rlen, blen - mpos - rlen, spare, count, width, m.freqs,
                                     cum, lower, obits, nbins, P, out + start * width, slots, (uint64_t *)packed,
                                     shift, simd);
             pos += blen;

@@ -343,6 +343,56 @@ def test_kernels_read_nothing_past_a_damaged_stream(bits, wide, monkeypatch):
             libc.mprotect(base + (pages - 1) * page, page, 3)  # readable again before unmapping
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mprotect through ctypes")
+@pytest.mark.parametrize("bits", [4, 8, 16, 32])
+def test_blocks_read_ahead_into_their_stream_only(bits, monkeypatch):
+    """A narrow block's batches read ahead into what follows it in its
+    stream (its offsets, the next block): blocks of 2**10 values, the
+    stream ending just before a page that may not be read. Whole, it
+    decodes to its values; damaged or cut, it is refused or decodes as the
+    Python decoder does, and nothing past it is read."""
+    libc = ctypes.CDLL(None)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    page = mmap.PAGESIZE
+    monkeypatch.setattr(entropy, "choose_block", lambda values, t: 10)
+    t, x = Field(bits), values("bell", (9 << 10) + 300, bits, seed=15)
+    stream = Ans().encode(x, t)
+    assert stream[0] == 10
+    c_rans = entropy._rans
+    rng = np.random.default_rng(16)
+    for trial in range(31):
+        data = bytearray(stream)
+        if trial:
+            data[rng.integers(len(data))] ^= 1 << rng.integers(8)
+        data = bytes(data[: rng.integers(1, len(data) + 1)] if trial % 3 == 2 else data)
+        monkeypatch.setattr(entropy, "_rans", None)
+        try:
+            expected = Ans().decode(memoryview(data), len(x), t)
+        except FormatError:
+            expected = None
+        monkeypatch.setattr(entropy, "_rans", c_rans)
+        pages = (len(data) + page - 1) // page + 1
+        with mmap.mmap(-1, pages * page) as m:
+            base = ctypes.addressof(ctypes.c_char.from_buffer(m))
+            assert libc.mprotect(base + (pages - 1) * page, page, 0) == 0
+            start = (pages - 1) * page - len(data)
+            m[start:start + len(data)] = data
+            view = memoryview(m)[start:start + len(data)]
+            for simd in (True, False):
+                out = np.empty(len(x), dtype=t.container)
+                try:
+                    c_rans.decode_stream(view, len(x), entropy._width(t), bits, out, simd)
+                    got = out
+                except ValueError:
+                    got = None
+                assert (got is None) == (expected is None)
+                assert got is None or np.array_equal(got, expected)
+                if not trial:
+                    assert np.array_equal(got, x)
+            view.release()
+            libc.mprotect(base + (pages - 1) * page, page, 3)
+
+
 @pytest.mark.parametrize("bits", [8, 16, 32])
 def test_a_batch_decodes_as_each_stream_alone_and_names_a_damaged_one(bits):
     """entropy.decode_batch (one call, the GIL released once) against
