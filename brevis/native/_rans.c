@@ -424,7 +424,8 @@ static inline uint32_t load4(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* Start a narrow block (its model checked, its slot table built in stab):
+/* Start a narrow block (its model checked, its slot table built in stab);
+ * `spare`: the bytes of its stream after it (narrow_t's wread, oread).
  * NULL, or what is wrong. */
 static const char *narrow_start(narrow_t *b, const uint8_t *in, Py_ssize_t inlen, const uint8_t *offs,
                                 Py_ssize_t offslen, Py_ssize_t spare, Py_ssize_t n, void *out, uint64_t *stab,
@@ -524,7 +525,8 @@ static const char *narrow_finish(narrow_t *b, int width, int simd) {
  * (in, inlen) and offset bits (offs, offslen), with the block's model:
  * `bins` bins in cumulative order, frequencies summing to 2^P, a bin's
  * lower value its first key << `shift`. Scratch: `slots` and `stab` (2^P
- * entries; stab unused for P > 15). NULL, or what is wrong. Needs no GIL.
+ * entries; stab unused for P > 15); `spare` as narrow_start's. NULL, or
+ * what is wrong. Needs no GIL.
  * `simd` 0: the batches without BMI2 (the tests hold both to the same values). */
 static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_t *offs, Py_ssize_t offslen,
                                Py_ssize_t spare, Py_ssize_t n, int width, const uint32_t *freq, const uint32_t *cum,
@@ -910,11 +912,12 @@ static const char *decode_wide(const uint8_t *in, Py_ssize_t inlen, const uint8_
  * the wide kernel reads them (a prefix sum of the widths within the half,
  * a gather). A block takes a slot of the engine (multi_t) whatever its
  * length; a call decodes MULTI_GROUPS groups of four values of each; a
- * block with fewer values left, or whose next call could read past its
- * streams, is finished alone (narrow_finish, with its checks) and its slot
- * takes the next block. Blocks come from every stream of a decode_streams
- * call (a window of a file's chunks): taesd's narrow F16 blocks 2.03 ->
- * 1.25 ns a value, pocketnet's F32 2.41 -> 1.55. */
+ * block with fewer values left, or whose next call could read past what
+ * may be read (its stream, narrow_t), is finished alone (narrow_finish,
+ * with its checks) and its slot takes the next block. Blocks come from
+ * every stream of a decode_streams call (a window of a file's chunks):
+ * taesd's narrow F16 blocks 2.03 -> 1.25 ns a value, pocketnet's F32 2.41
+ * -> 1.55. */
 #define MULTI_SLOTS 8
 #define MULTI_GROUPS 16
 #define MULTI_WORD_READS (8 * MULTI_GROUPS + 8)   /* bytes of words a call may read from a slot's position */
