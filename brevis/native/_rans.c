@@ -19,6 +19,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <math.h>
 #include "common.h"  /* u16u, u32u: values stored at any alignment; CPU_HAS */
@@ -1737,40 +1738,63 @@ static int take_call(PyObject *stream, PyObject *out, call_t *c) {
     return 0;
 }
 
+/* A call's order in decode_calls: its narrow blocks' length (a stream's
+ * blocks have one length but the last), longest first; then position. */
+typedef struct { Py_ssize_t block, pos; } call_order_t;
+
+static int by_block_length(const void *a, const void *b) {
+    const call_order_t *x = a, *y = b;
+    if (x->block != y->block) return x->block > y->block ? -1 : 1;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
 /* stream_decode for each of `count` calls, their narrow blocks through
  * the engines (one per width) where the CPU has AVX2 and `simd` is set:
  * NULL, or what is wrong with the first stream (by position) that does not
- * decode, its position in *failed. Stops at a stream whose blocks do not
- * parse or start; blocks in the engines are finished first. Needs no GIL. */
+ * decode, its position in *failed. A stream whose blocks do not parse or
+ * start ends the streams after it; blocks in the engines are finished
+ * first. With the engines, the streams of longer blocks go first: a block
+ * that outlasts the others is finished alone, one value at a time, so the
+ * engine's last blocks had better be short ones (pocketnet: one in ten
+ * values was). Needs no GIL. */
 static const char *decode_calls(call_t *calls, Py_ssize_t count, int simd, Py_ssize_t *failed) {
     multi_t *multi[3] = {NULL, NULL, NULL};
     int engines = 0;
+    call_order_t *order = NULL;
     if (multi_usable(simd)) {  /* only where there are blocks enough to share the kernel's calls */
         Py_ssize_t blocks = 0;
-        for (Py_ssize_t j = 0; j < count && blocks < 3; j++) {
+        order = count > 1 ? PyMem_RawMalloc(sizeof(call_order_t) * (size_t)count) : NULL;
+        for (Py_ssize_t j = 0; j < count; j++) {
             const uint8_t *data = calls[j].b[0].v.buf;
-            if (!calls[j].width || !calls[j].b[0].v.len || data[0] & WIDE_FLAG) continue;
-            int block_log = data[0] & ~WIDE_FLAG;
-            Py_ssize_t n = calls[j].n, size = block_log && block_log <= MAX_BLOCK_LOG ? (Py_ssize_t)1 << block_log : n;
-            if (size > n) size = n;
-            if (size >= MULTI_MIN) blocks += n / size;
+            Py_ssize_t size = 0;
+            if (calls[j].width && calls[j].b[0].v.len && !(data[0] & WIDE_FLAG)) {
+                int block_log = data[0] & ~WIDE_FLAG;
+                Py_ssize_t n = calls[j].n;
+                size = block_log && block_log <= MAX_BLOCK_LOG ? (Py_ssize_t)1 << block_log : n;
+                if (size > n) size = n;
+                if (size >= MULTI_MIN) blocks += n / size;
+            }
+            if (order) { order[j].block = size; order[j].pos = j; }
         }
         engines = blocks >= 3;
+        if (engines && order) qsort(order, (size_t)count, sizeof *order, by_block_length);
     }
     const char *error = NULL;
     *failed = -1;
-    for (Py_ssize_t j = 0; j < count && !error; j++) {
+    for (Py_ssize_t k = 0; k < count; k++) {
+        Py_ssize_t j = engines && order ? order[k].pos : k;
+        if (*failed >= 0 && j > *failed) continue;  /* after a stream found damaged: not needed */
         call_t *c = &calls[j];
+        const char *e = NULL;
         if (!c->width) {  /* raw: the stream is the bytes */
-            if (c->b[0].v.len != c->n) error = "raw stream has the wrong length";
+            if (c->b[0].v.len != c->n) e = "raw stream has the wrong length";
             else memcpy(c->b[1].v.buf, c->b[0].v.buf, (size_t)c->n);
-            if (error) *failed = j;
-            continue;
-        }
-        error = stream_decode(c->b[0].v.buf, c->b[0].v.len, c->n, c->width, c->bits, c->b[1].v.buf, simd,
+        } else
+            e = stream_decode(c->b[0].v.buf, c->b[0].v.len, c->n, c->width, c->bits, c->b[1].v.buf, simd,
                               engines ? multi : NULL, j);
-        if (error) *failed = j;
+        if (e) { error = e; *failed = j; }
     }
+    PyMem_RawFree(order);
     for (int w = 0; w < 3; w++) {
         if (!multi[w]) continue;
         multi_run(multi[w], 1);
