@@ -3,6 +3,7 @@ chooses, and damaged or hostile streams (a FormatError, never a crash)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import sys
@@ -30,6 +31,27 @@ def values(kind: str, n: int, bits: int, seed: int = 0) -> np.ndarray:
     else:  # one dominant value and rare others
         x = np.where(rng.random(n) < 0.97, 5 & top, rng.integers(0, top, n, endpoint=True, dtype=np.uint64))
     return x.astype(Field(bits).container)
+
+
+@contextlib.contextmanager
+def before_unreadable_page(data: bytes):
+    """A view of `data` that ends just before a page that may not be read
+    (mprotect): a kernel reading past it crashes the test process."""
+    libc = ctypes.CDLL(None)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    page = mmap.PAGESIZE
+    pages = (len(data) + page - 1) // page + 1
+    with mmap.mmap(-1, pages * page) as m:
+        base = ctypes.addressof(ctypes.c_char.from_buffer(m))
+        assert libc.mprotect(base + (pages - 1) * page, page, 0) == 0
+        start = (pages - 1) * page - len(data)
+        m[start:start + len(data)] = data
+        view = memoryview(m)[start:start + len(data)]
+        try:
+            yield view
+        finally:
+            view.release()
+            libc.mprotect(base + (pages - 1) * page, page, 3)  # readable again before unmapping
 
 
 CASES = [(kind, n, bits) for kind in ("uniform", "bell", "constant", "skewed")
@@ -314,9 +336,6 @@ def test_kernels_read_nothing_past_a_damaged_stream(bits, wide, monkeypatch):
     """Each damaged or cut stream ends just before a page that may not be
     read: a kernel reading past it (the wide ones, or the four-state
     batches' unchecked loads) would crash the test process."""
-    libc = ctypes.CDLL(None)
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    page = mmap.PAGESIZE
     monkeypatch.setattr(entropy, "WIDE_MIN", 32 if wide else 1 << 30)
     t, x = Field(bits), values("bell", 3000, bits, seed=13)
     stream = Ans().encode(x, t)
@@ -326,21 +345,13 @@ def test_kernels_read_nothing_past_a_damaged_stream(bits, wide, monkeypatch):
         data = bytearray(stream)
         data[rng.integers(len(data))] ^= 1 << rng.integers(8)
         data = bytes(data[: rng.integers(1, len(data) + 1)] if trial % 2 else data)
-        pages = (len(data) + page - 1) // page + 1
-        with mmap.mmap(-1, pages * page) as m:
-            base = ctypes.addressof(ctypes.c_char.from_buffer(m))
-            assert libc.mprotect(base + (pages - 1) * page, page, 0) == 0
-            start = (pages - 1) * page - len(data)
-            m[start:start + len(data)] = data
-            view = memoryview(m)[start:start + len(data)]
+        with before_unreadable_page(data) as view:
             for simd in (True, False):
                 out = np.empty(len(x), dtype=t.container)
                 try:
                     entropy._rans.decode_stream(view, len(x), entropy._width(t), bits, out, simd)
                 except ValueError:
                     pass
-            view.release()
-            libc.mprotect(base + (pages - 1) * page, page, 3)  # readable again before unmapping
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mprotect through ctypes")
@@ -351,9 +362,6 @@ def test_blocks_read_ahead_into_their_stream_only(bits, monkeypatch):
     stream ending just before a page that may not be read. Whole, it
     decodes to its values; damaged or cut, it is refused or decodes as the
     Python decoder does, and nothing past it is read."""
-    libc = ctypes.CDLL(None)
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    page = mmap.PAGESIZE
     monkeypatch.setattr(entropy, "choose_block", lambda values, t: 10)
     t, x = Field(bits), values("bell", (9 << 10) + 300, bits, seed=15)
     stream = Ans().encode(x, t)
@@ -371,13 +379,7 @@ def test_blocks_read_ahead_into_their_stream_only(bits, monkeypatch):
         except FormatError:
             expected = None
         monkeypatch.setattr(entropy, "_rans", c_rans)
-        pages = (len(data) + page - 1) // page + 1
-        with mmap.mmap(-1, pages * page) as m:
-            base = ctypes.addressof(ctypes.c_char.from_buffer(m))
-            assert libc.mprotect(base + (pages - 1) * page, page, 0) == 0
-            start = (pages - 1) * page - len(data)
-            m[start:start + len(data)] = data
-            view = memoryview(m)[start:start + len(data)]
+        with before_unreadable_page(data) as view:
             for simd in (True, False):
                 out = np.empty(len(x), dtype=t.container)
                 try:
@@ -389,8 +391,6 @@ def test_blocks_read_ahead_into_their_stream_only(bits, monkeypatch):
                 assert got is None or np.array_equal(got, expected)
                 if not trial:
                     assert np.array_equal(got, x)
-            view.release()
-            libc.mprotect(base + (pages - 1) * page, page, 3)
 
 
 @pytest.mark.parametrize("bits", [8, 16, 32])
@@ -492,33 +492,18 @@ def test_blocks_decoded_together_read_nothing_past_their_streams(bits, monkeypat
     """Nine damaged or cut streams in one call, each ending just before a
     page that may not be read: the engine's kernel, which reads ahead of
     every slot, would crash the test process."""
-    libc = ctypes.CDLL(None)
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    page = mmap.PAGESIZE
     items = narrow_streams([bits], [3000, 5000, 2000, 4000, 3500, 6000, 2500, 9000, 1500], monkeypatch)
     rng = np.random.default_rng(bits + 1)
     for trial in range(12):
-        maps, views, calls = [], [], []
-        for k, (s, n, w, b, _) in enumerate(items):
-            data = bytearray(s)
-            data[rng.integers(len(data))] ^= 1 << rng.integers(8)
-            data = bytes(data[: rng.integers(1, len(data) + 1)] if (trial + k) % 2 else data)
-            pages = (len(data) + page - 1) // page + 1
-            m = mmap.mmap(-1, pages * page)
-            base = ctypes.addressof(ctypes.c_char.from_buffer(m))
-            assert libc.mprotect(base + (pages - 1) * page, page, 0) == 0
-            start = (pages - 1) * page - len(data)
-            m[start:start + len(data)] = data
-            maps.append((m, base, pages))
-            views.append(memoryview(m)[start:start + len(data)])
-            calls.append((views[-1], n, w, b, np.empty(n * w, np.uint8)))
-        entropy._rans.decode_streams(calls)
-        calls.clear()
-        for v in views:
-            v.release()
-        for m, base, pages in maps:
-            libc.mprotect(base + (pages - 1) * page, page, 3)
-            m.close()
+        with contextlib.ExitStack() as stack:
+            calls = []
+            for k, (s, n, w, b, _) in enumerate(items):
+                data = bytearray(s)
+                data[rng.integers(len(data))] ^= 1 << rng.integers(8)
+                data = bytes(data[: rng.integers(1, len(data) + 1)] if (trial + k) % 2 else data)
+                calls.append((stack.enter_context(before_unreadable_page(data)), n, w, b, np.empty(n * w, np.uint8)))
+            entropy._rans.decode_streams(calls)
+            calls.clear()
 
 
 @pytest.mark.parametrize("sizes", [[5000, 9000, 7000], [5000, 9000, 7000, 20000], [600, 600, 600, 600, 600]])
