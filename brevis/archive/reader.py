@@ -47,10 +47,10 @@ class ArchiveReader:
     """An archive's index, and its chunks decoded and checked. `data`: the
     archive's bytes, held in memory by the caller (any contiguous buffer),
     read without a copy; `path` then only names it in messages.
-    `unchecked(value, length)`: called with the index's JSON value as
-    parsed and the length of its text, before its checks (where the index
-    is read, not found read already): work the checked index will confirm
-    may start there, trusting nothing in it."""
+    `unchecked(value)`: called with the index's JSON value as parsed,
+    before its checks (where the index is read, not found read already):
+    work the checked index will confirm may start there, trusting nothing
+    in it."""
 
     def __init__(self, path: Path, data=None, unchecked=None):
         self.path = Path(path)
@@ -107,7 +107,7 @@ class ArchiveReader:
             except (UnicodeDecodeError, ValueError, RecursionError):
                 raise FormatError("index is not valid JSON") from None
             if self._unchecked is not None:
-                self._unchecked(obj, len(raw))
+                self._unchecked(obj)
             index = Index.from_json(obj, HEADER_SIZE, self.footer.index_offset)
             entries = count_entries(index)
             if entries > max_entries(self.size):

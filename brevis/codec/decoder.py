@@ -139,7 +139,7 @@ class _EarlyBuffers:
         self.buffers: list | None = None
         self.stop = lambda: None
 
-    def __call__(self, obj, length: int) -> None:
+    def __call__(self, obj) -> None:
         files = obj.get("files") if type(obj) is dict else None
         if type(files) is not list or len(files) > EARLY_FILES:
             return  # (an index listing more files than that is left to its checks, however many it claims)
