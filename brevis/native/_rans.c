@@ -236,6 +236,7 @@ static void put_rans(const enc_t *e, uint8_t *out) {
  * position stay in registers. Past the end of a stream both read zeros;
  * the caller then reports the stream damaged. */
 #define BATCH 256
+#define MULTI_GROUPS 16  /* groups of four values of each block an engine call decodes (below) */
 /* stab[slot]: the slot's frequency | its bias << 16 in the low half (the
  * state's step), its bin's first key | offset width << 16 in the high half
  * (what the offsets pass needs: one load per value, no second table). */
@@ -263,7 +264,8 @@ static inline uint64_t load_bits(const uint8_t *base, uint64_t limit, uint64_t a
  * `in` (`limit` bytes); the new `at`. Then its values from their bins and
  * their offsets from bit `pos` of `base` (`limit` bytes); the new pos.
  * A batch reads at most FAST_WORD_READS bytes of words past `at` and
- * FAST_OFFSET_READS bytes of offsets past its first: where those lie
+ * offset_reads(BATCH, the block's widest offset) bytes of offsets past
+ * its first (FAST_OFFSET_READS with offsets of 32 bits): where those lie
  * inside the stream the loads go unchecked (the _unchecked variants), else
  * through load_bits. The fused pass does both at once, one batch's bins
  * while reading the offsets of the batch before (prev): the bins are a
@@ -383,16 +385,29 @@ static const char *check_model(const uint32_t *freq, const uint32_t *cum, const 
 }
 
 /* The fast path's slot table of a checked model (P <= 15): see fast_t.
- * Returns whether any bin has offset bits. */
+ * Returns the widest offset of any bin (0: no bin has offset bits). */
 static int build_stab(const uint32_t *freq, const uint32_t *lower, const uint8_t *obits, Py_ssize_t bins, int shift,
                       uint64_t *stab) {
-    int widths = 0;
+    int widest = 0;
     for (Py_ssize_t r = 0, t = 0; r < bins; r++) {
         uint64_t hi = (uint64_t)((lower[r] >> shift) | (uint32_t)obits[r] << 16) << 32;
         for (uint32_t j = 0; j < freq[r]; j++, t++) stab[t] = hi | freq[r] | j << 16;
-        widths |= obits[r];
+        if (obits[r] > widest) widest = obits[r];
     }
-    return widths;
+    return widest;
+}
+
+/* The bytes past byte pos >> 3 that the offsets of `count` values, none
+ * wider than `widest` bits, may read: the last one's 8-byte load starts at
+ * most (7 + (count - 1) * widest) / 8 bytes on. FAST_OFFSET_READS and
+ * MULTI_OFFSET_READS bound it for any width; a block whose offsets are
+ * narrower (most are: 0 to 8 bits) keeps its unchecked loads, and its
+ * slot of the engine, until far closer to the end of what may be read.
+ * (A stream of one block has nothing after its offsets: with the 32-bit
+ * bound its last 1 KiB of offsets went the checked way, a third of
+ * decoding piper's one-block 8-bit streams.) */
+static inline uint64_t offset_reads(int count, int widest) {
+    return (uint64_t)(7 + (count - 1) * widest) / 8 + 8;
 }
 
 /* A narrow block on the fast path, where it has got to: its rANS bytes
@@ -414,7 +429,8 @@ typedef struct {
     Py_ssize_t n, i, stream;
     uint32_t x[LANES];
     fast_t f;
-    int widths;
+    int widths;  /* the widest offset, bits (0: none) */
+    uint64_t oreads, mreads;  /* offset bytes a batch and an engine call may read (offset_reads) */
 } narrow_t;
 
 /* The most bytes past a block that narrow_t's wread and oread count. */
@@ -440,6 +456,8 @@ static const char *narrow_start(narrow_t *b, const uint8_t *in, Py_ssize_t inlen
     b->out = out; b->n = n; b->i = 0;
     b->f.stab = stab; b->f.P = P; b->f.mask = (1u << P) - 1; b->f.shift = shift;
     b->widths = widths;
+    b->oreads = offset_reads(BATCH, widths);
+    b->mreads = offset_reads(4 * MULTI_GROUPS, widths);
     for (int k = 0; k < LANES; k++) {
         b->x[k] = load4(in + 4 * k);
         if (b->x[k] < RANS_L) return "damaged stream";
@@ -456,7 +474,7 @@ static const char *narrow_start(narrow_t *b, const uint8_t *in, Py_ssize_t inlen
 static const char *narrow_finish(narrow_t *b, int width, int simd) {
     const fast_t *f = &b->f;
     const uint8_t *in = b->in, *ostart = b->offs;
-    const uint64_t limit = b->limit, olimit = b->olimit, wread = b->wread, oread = b->oread;
+    const uint64_t limit = b->limit, olimit = b->olimit, wread = b->wread, oread = b->oread, oreads = b->oreads;
     uint64_t at = b->at, pos = b->pos;
     Py_ssize_t i = b->i, n = b->n;
     const int widths = b->widths, k = width == 1 ? 0 : width == 2 ? 1 : 2;
@@ -477,7 +495,7 @@ static const char *narrow_finish(narrow_t *b, int width, int simd) {
     int cur = 0, pending = 0;
     uint8_t *ob = b->out;
     while (!bad && i + BATCH <= n) {
-        int words_safe = at + FAST_WORD_READS <= wread, offsets_safe = (pos >> 3) + FAST_OFFSET_READS <= oread;
+        int words_safe = at + FAST_WORD_READS <= wread, offsets_safe = (pos >> 3) + oreads <= oread;
         if (pending && widths && words_safe && offsets_safe) {
             fused(f, b->x, in, &at, rb[cur ^ 1], rb[cur], ostart, &pos, ob + (i - BATCH) * width);
             cur ^= 1;
@@ -491,7 +509,7 @@ static const char *narrow_finish(narrow_t *b, int width, int simd) {
         if (pos > 8 * olimit || at > limit) bad = 1;
     }
     if (pending && !bad) {
-        int offsets_safe = (pos >> 3) + FAST_OFFSET_READS <= oread;
+        int offsets_safe = (pos >> 3) + oreads <= oread;
         pos = (offsets_safe ? offsets : checked[k])(f, rb[cur], ostart, olimit, pos, ob + (i - BATCH) * width, widths);
         if (pos > 8 * olimit) bad = 1;
     }
@@ -920,7 +938,6 @@ static const char *decode_wide(const uint8_t *in, Py_ssize_t inlen, const uint8_
  * taesd's narrow F16 blocks 2.03 -> 1.25 ns a value, pocketnet's F32 2.41
  * -> 1.55. */
 #define MULTI_SLOTS 8
-#define MULTI_GROUPS 16
 #define MULTI_WORD_READS (8 * MULTI_GROUPS + 8)   /* bytes of words a call may read from a slot's position */
 #define MULTI_OFFSET_READS (16 * MULTI_GROUPS + 8)  /* bytes of offsets: four values of <= 32 bits a group, a load of 8 */
 #define SLOT_ENTRIES (1 << 15)  /* a slot's table: 2^P entries, P <= 15 */
@@ -1070,7 +1087,7 @@ static void multi_retire(multi_t *m, int k) {
  * holding every byte the call may read. */
 static int multi_ready(const narrow_t *b) {
     return b->n - b->i >= 4 * MULTI_GROUPS && b->at + MULTI_WORD_READS <= b->wread
-           && (b->pos >> 3) + MULTI_OFFSET_READS <= b->oread;
+           && (b->pos >> 3) + b->mreads <= b->oread;
 }
 
 /* Kernel calls while every slot is busy; with `drain`, until every block is

@@ -28,6 +28,8 @@ def values(kind: str, n: int, bits: int, seed: int = 0) -> np.ndarray:
         x = np.clip(np.abs(rng.normal(top / 2, top / 40, n)), 0, top).astype(np.uint64)
     elif kind == "constant":
         x = np.full(n, top // 3, dtype=np.uint64)
+    elif kind == "clusters":  # a few values far apart, each with a two-bit spread: offsets of two bits or so
+        x = rng.integers(0, 8, n, dtype=np.uint64) * (top // 8) + rng.integers(0, 4, n, dtype=np.uint64)
     else:  # one dominant value and rare others
         x = np.where(rng.random(n) < 0.97, 5 & top, rng.integers(0, top, n, endpoint=True, dtype=np.uint64))
     return x.astype(Field(bits).container)
@@ -391,6 +393,61 @@ def test_blocks_read_ahead_into_their_stream_only(bits, monkeypatch):
                 assert got is None or np.array_equal(got, expected)
                 if not trial:
                     assert np.array_equal(got, x)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mprotect through ctypes")
+@pytest.mark.parametrize("block_log", [0, 10])
+@pytest.mark.parametrize("bits", [8, 16, 32])
+def test_narrow_offsets_keep_their_loads_inside_the_stream(bits, block_log, monkeypatch):
+    """A block's unchecked offset loads go on until a batch's values, none
+    wider than the block's widest offset, could read past its stream:
+    offsets of about two bits, one block or blocks of 2**10 values, alone
+    and eight together (the engine), the streams ending just before a page
+    that may not be read. Whole, they decode to their values; damaged or
+    cut, as the Python decoder does, and nothing past them is read."""
+    monkeypatch.setattr(entropy, "WIDE_MIN", 1 << 30)
+    monkeypatch.setattr(entropy, "choose_block", lambda values, t: block_log)
+    t = Field(bits)
+    xs = [values("clusters", n, bits, seed=n) for n in (5000, 3000, 9000, 2600, 7000, 4100, 6000, 3300, 8000)]
+    streams = [Ans().encode(x, t) for x in xs]
+    c_rans, w = entropy._rans, entropy._width(t)
+    rng = np.random.default_rng(bits + block_log)
+    for trial in range(12):
+        datas = []
+        for s in streams:
+            data = bytearray(s)
+            if trial:
+                data[rng.integers(len(data))] ^= 1 << rng.integers(8)
+            datas.append(bytes(data[: rng.integers(1, len(data) + 1)] if trial % 3 == 2 else data))
+        monkeypatch.setattr(entropy, "_rans", None)
+        expected = []
+        for data, x in zip(datas, xs):
+            try:
+                expected.append(Ans().decode(memoryview(data), len(x), t))
+            except FormatError:
+                expected.append(None)
+        monkeypatch.setattr(entropy, "_rans", c_rans)
+        with contextlib.ExitStack() as stack:
+            views = [stack.enter_context(before_unreadable_page(data)) for data in datas]
+            outs = [np.empty(len(x), dtype=t.container) for x in xs]
+            for view, x, out, want in zip(views, xs, outs, expected):
+                for simd in (True, False):
+                    try:
+                        c_rans.decode_stream(view, len(x), w, bits, out, simd)
+                        got = out
+                    except ValueError:
+                        got = None
+                    assert (got is None) == (want is None)
+                    assert got is None or np.array_equal(got, want)
+            failed = c_rans.decode_streams([(v, len(x), w, bits, o) for v, x, o in zip(views, xs, outs)])
+            first = next((k for k, want in enumerate(expected) if want is None), None)
+            assert (failed is None) == (first is None)
+            assert failed is None or failed[0] == first
+            if first is None:
+                assert all(np.array_equal(o, want) for o, want in zip(outs, expected))
+            if not trial:
+                assert all(np.array_equal(o, x) for o, x in zip(outs, xs))
+            del views, outs
 
 
 @pytest.mark.parametrize("bits", [8, 16, 32])
