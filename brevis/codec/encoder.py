@@ -62,7 +62,7 @@ def learn(sources, *, effort: int = DEFAULT_EFFORT, threads: int = 1, chunk_byte
     try:
         with Pool(threads) as pool:
             scanned = list(pool.ordered_map(scan, files))
-            discover(scanned, planner.effort.lzma_margin)
+            discover(scanned, planner.effort.lzma_margin, threads)
             gather_small_tensors(scanned, base_model)
             return _learn(planner, scanned, pool, chunk_bytes, base_model)
     finally:
@@ -143,7 +143,12 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
                 chunk_executor, chunk_window = executor, window or 2 * max(1, threads)
                 batch = (batch_bytes, WORKER_BATCH_CHUNKS)
             scanned = list(pool.ordered_map(scan, files))
-            discover(scanned, planner.effort.lzma_margin)
+            # Discovery runs here, workers or not (they wait for it); so does
+            # planning where this pool has one thread: LZMA's trials of byte
+            # spans may take the other cores (planner._sizes).
+            discover(scanned, planner.effort.lzma_margin, threads)
+            if pool.threads == 1:
+                planner.trial_threads = threads
             gather_small_tensors(scanned, base_model)
             learn_time = time.perf_counter()
             if prior is None and planner.effort.learn_tensors:

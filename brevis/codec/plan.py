@@ -26,7 +26,7 @@ import os
 import stat
 from collections import Counter
 from collections import deque
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
@@ -117,7 +117,7 @@ def scan(source: Source) -> ScannedFile:
                        mode=stat.S_IMODE(st.st_mode))
 
 
-def discover(scanned: list[ScannedFile], lzma_margin: float = LZMA_MARGIN) -> None:
+def discover(scanned: list[ScannedFile], lzma_margin: float = LZMA_MARGIN, threads: int = 1) -> None:
     """What the parsers left as long byte spans, cut from the bytes alone
     (formats/repeats.py, formats/discovery.py):
 
@@ -134,19 +134,35 @@ def discover(scanned: list[ScannedFile], lzma_margin: float = LZMA_MARGIN) -> No
       (discovery.kinds): a piece cut for its statistics keeps them.
 
     A later copy of a repeat is cut as the first (the same bytes), and its
-    pieces numbered alike."""
+    pieces numbered alike. `threads`: LZMA's trials' (planner.lzma_wins)."""
     spans = [repeats.Span(i, seg, _read_once(f)) for i, f in enumerate(scanned)
              for seg in f.segments if repeats.searchable(seg)]
     if not spans:
         return
-    whole = {}  # span -> whether LZMA codes it whole better than its pieces (files no parser knows)
+    unparsed = [k for k, sp in enumerate(spans) if scanned[sp.file].format == "bytes"]
     changed = {}  # span -> its pieces where its statistics change, where measured for that
-    for k, sp in enumerate(spans):
-        if scanned[sp.file].format == "bytes":
-            at = sp.segment.offset
-            changed[k] = discovery.changes(sp.segment, sp.read)
-            whole[k] = lzma_wins(lambda off, n, sp=sp, at=at: sp.read(at + off, n),
-                                 [(p.offset - at, p.length) for p in changed[k]], lzma_margin)
+
+    def wins(k: int, threads: int) -> bool:
+        sp, at = spans[k], spans[k].segment.offset
+        return lzma_wins(lambda off, n: sp.read(at + off, n), [(p.offset - at, p.length) for p in changed[k]],
+                         lzma_margin, threads)
+
+    # span -> whether LZMA codes it whole better than its pieces (files no
+    # parser knows). LZMA's trials are most of discovery there (LZMA codes
+    # about 3 MB/s) and release the GIL: with threads, each span's go to a
+    # thread of their own as soon as its changes are found (every read
+    # opens its own descriptor), one span's literal contexts side by side.
+    if threads > 1 and len(unparsed) > 1:
+        with ThreadPoolExecutor(threads, thread_name_prefix="brevis-lzma-wins") as pool:
+            trials = {}
+            for k in unparsed:
+                changed[k] = discovery.changes(spans[k].segment, spans[k].read)
+                trials[k] = pool.submit(wins, k, 1)
+            whole = {k: trial.result() for k, trial in trials.items()}
+    else:
+        for k in unparsed:
+            changed[k] = discovery.changes(spans[k].segment, spans[k].read)
+        whole = {k: wins(k, threads) for k in unparsed}
     found = [copies for copies in repeats.regions(spans) if not _within_reach(copies, whole)]
     replaced = repeats.cut(spans, found)
     numbers: dict[tuple[int, int], int] = {}  # (region, piece of it) -> the piece's region

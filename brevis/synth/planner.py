@@ -15,6 +15,7 @@ expansions (time is only a guard against pathological inputs).
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -258,6 +259,10 @@ class Planner:
         self.prior = prior or Prior()
         self.families: dict[tuple, _Family] = {}
         self.lock = threading.Lock()
+        # Threads the LZMA trials of a byte span may take (_lzma_best): more
+        # than one only where this planner plans on one thread of a process
+        # with cores to spare (compress sets it), never per thread of a pool.
+        self.trial_threads = 1
 
     # ------------------------------------------------------------ learning
     def strata(self, segments: list[SegmentInfo]) -> list[SegmentInfo]:
@@ -334,7 +339,7 @@ class Planner:
             return plan
         if not isinstance(seg.t, Tensor):
             return _measured(seg, plan.program, plan.stats, lzma=seg.lzma and not seg.parsed,
-                             lzma_margin=self.effort.lzma_margin)
+                             lzma_margin=self.effort.lzma_margin, threads=self.trial_threads)
         estimate = plan.estimate
         if seg.length <= WHOLE_TRIAL_BYTES and estimate is not None and seg.reference is None:
             # A tensor's long-range repeats (a basis of sines, tiled rows)
@@ -506,7 +511,8 @@ def _plain(root: Value, seg: SegmentInfo, scale: float) -> float:
     return _plain_best(root, seg, scale)[0]
 
 
-def _measured(seg: SegmentInfo, found: Program, stats: dict, lzma: bool, lzma_margin: float) -> Plan:
+def _measured(seg: SegmentInfo, found: Program, stats: dict, lzma: bool, lzma_margin: float,
+              threads: int = 1) -> Plan:
     """A byte span's program by measurement on all of it (up to 1 MiB), or
     on two windows of up to 1 MiB (a chunk's worth), centred at a third and
     two thirds of a longer span and coded apart: the one the search found
@@ -514,7 +520,7 @@ def _measured(seg: SegmentInfo, found: Program, stats: dict, lzma: bool, lzma_ma
     `lzma`, LZMA (_lzma_trial) where it is `lzma_margin` smaller. A sample
     shows a coder's order-0 statistics but not the repeats a long window
     finds (strings, tables, copies of arrays, zero runs), which decide
-    between levels."""
+    between levels. `threads`: _lzma_best's."""
     if seg.length <= WHOLE_TRIAL_BYTES:
         pieces = [np.frombuffer(seg.read(0, seg.length), dtype=np.uint8)]
     else:  # two windows apart, each coded on its own, as chunks are
@@ -533,14 +539,15 @@ def _measured(seg: SegmentInfo, found: Program, stats: dict, lzma: bool, lzma_ma
             best, best_size = program, size
     estimate = None if best_size is None else best_size * scale
     if lzma:
-        program, size = _lzma_trial(seg, pieces)
+        program, size = _lzma_trial(seg, pieces, threads)
         if estimate is None or size * scale < estimate * (1 - lzma_margin):
             return Plan(program, dict(stats, estimate=round(size * scale)), round(size * scale), LZMA_CHUNK_BYTES)
     estimate = None if estimate is None else round(estimate)
     return Plan(best, dict(stats, estimate=estimate), estimate)
 
 
-def lzma_wins(read: Callable[[int, int], bytes], pieces: list[tuple[int, int]], margin: float) -> bool:
+def lzma_wins(read: Callable[[int, int], bytes], pieces: list[tuple[int, int]], margin: float,
+              threads: int = 1) -> bool:
     """Whether a byte span is better coded whole by LZMA (the best of its
     literal contexts), by `margin`, than cut into `pieces` ((offset, length) in
     the span, where its statistics change) each coded by the best fast coder: measured on
@@ -548,7 +555,8 @@ def lzma_wins(read: Callable[[int, int], bytes], pieces: list[tuple[int, int]], 
     each inside one piece, LZMA running over all of them as over the span
     (on all of a short span).
     Discovery asks before cutting a span: LZMA's adaptive model follows
-    changes of statistics by itself, and pieces would shorten its window."""
+    changes of statistics by itself, and pieces would shorten its window.
+    `threads`: _lzma_best's."""
     length = pieces[-1][0] + pieces[-1][1]
     count, width = 4 * LZMA_PROBES, LZMA_PROBE_BYTES // 4
     probes, k = [], 0
@@ -564,20 +572,22 @@ def lzma_wins(read: Callable[[int, int], bytes], pieces: list[tuple[int, int]], 
         probes.append(np.frombuffer(read(lo, min(width, n)), np.uint8))
     fast_coders = (WHOLE_TRIAL_PROGRAMS[0], WHOLE_TRIAL_PROGRAMS[1], TINY_ANS) + WORD_TRIALS + PLANE_TRIALS
     fast = sum(min(n for n in (_coded(p, [x], BYTES) for p in fast_coders) if n is not None) for x in probes)
-    slow = _lzma_best([np.concatenate(probes)], BYTES)[1]
+    slow = _lzma_best([np.concatenate(probes)], BYTES, threads)[1]
     return slow < fast * (1 - margin)
 
 
-def _lzma_best(pieces: list[np.ndarray], t: Field) -> tuple[int, int]:
+def _lzma_best(pieces: list[np.ndarray], t: Field, threads: int = 1) -> tuple[int, int]:
     """(index in LZMA_TRIALS, bytes): the literal context that codes the
     pieces smallest, of the two that code the middle of each piece
     (LZMA_CONTEXT_BYTES in all) smallest, measured on all of them (LZMA
     codes at about 3 MB/s: three contexts on all of a span's probes were
     half of compressing a file no parser knows; the best on the middles
-    alone made MTCNN's .npy 0.13 % larger)."""
+    alone made MTCNN's .npy 0.13 % larger). The contexts are coded side by
+    side on up to `threads` threads (_sizes): the same sizes, so the same
+    choice, sooner."""
     total = sum(len(x) for x in pieces)
     if total <= LZMA_CONTEXT_BYTES:
-        size, choice = min((_coded(p, pieces, t), i) for i, p in enumerate(LZMA_TRIALS))
+        size, choice = min(zip(_sizes(LZMA_TRIALS, pieces, t, threads), range(len(LZMA_TRIALS))))
         return choice, size
     share = LZMA_CONTEXT_BYTES / total
     middles = []
@@ -585,9 +595,23 @@ def _lzma_best(pieces: list[np.ndarray], t: Field) -> tuple[int, int]:
         n = max(1, int(len(x) * share)) // 8 * 8 or len(x)
         at = (len(x) - n) // 2 // 8 * 8
         middles.append(x[at:at + n])
-    ranked = sorted((_coded(p, middles, t), i) for i, p in enumerate(LZMA_TRIALS))
-    size, choice = min((_coded(LZMA_TRIALS[i], pieces, t), i) for _, i in ranked[:2])
+    ranked = sorted(zip(_sizes(LZMA_TRIALS, middles, t, threads), range(len(LZMA_TRIALS))))
+    top = [i for _, i in ranked[:2]]
+    size, choice = min(zip(_sizes([LZMA_TRIALS[i] for i in top], pieces, t, threads), top))
     return choice, size
+
+
+def _sizes(programs, pieces: list[np.ndarray], t: Field, threads: int, apart: bool = False) -> list[int | None]:
+    """_coded(p, pieces, t) for each program (`apart`: _coded(programs[k],
+    [pieces[k]], t) for each k), on up to `threads` threads at once:
+    liblzma releases the GIL while it codes (the trials were a third to a
+    half of compressing files no parser knows, on one core while the other
+    waited)."""
+    jobs = [(p, [x]) for p, x in zip(programs, pieces)] if apart else [(p, pieces) for p in programs]
+    if threads < 2 or len(jobs) < 2:
+        return [_coded(p, xs, t) for p, xs in jobs]
+    with ThreadPoolExecutor(min(threads, len(jobs)), thread_name_prefix="brevis-lzma-trial") as pool:
+        return list(pool.map(lambda job: _coded(job[0], job[1], t), jobs))
 
 
 def _coded(program: Program, pieces: list[np.ndarray], t: Field) -> int | None:
@@ -607,15 +631,15 @@ def _probes(length: int, read: Callable[[int, int], bytes]) -> list[np.ndarray]:
             for i in range(LZMA_PROBES)]
 
 
-def _lzma_trial(seg: SegmentInfo, pieces: list[np.ndarray]) -> tuple[Program, int]:
+def _lzma_trial(seg: SegmentInfo, pieces: list[np.ndarray], threads: int = 1) -> tuple[Program, int]:
     """The LZMA trial whose literal context codes probes spread from the
     span's start to its end smallest (a file's statistics change along it:
     its first arrays may be floats, the rest quantized bytes), and its bytes
     on the measurement's pieces."""
     probes = pieces if seg.length <= WHOLE_TRIAL_BYTES else _probes(seg.length, seg.read)  # all of a short span
-    choice, size = _lzma_best(probes, seg.t)
-    if probes is not pieces:
-        size = _coded(LZMA_TRIALS[choice], pieces, seg.t)
+    choice, size = _lzma_best(probes, seg.t, threads)
+    if probes is not pieces:  # each piece coded on its own, as _coded does, side by side
+        size = sum(_sizes([LZMA_TRIALS[choice]] * len(pieces), pieces, seg.t, threads, apart=True))
     return LZMA_TRIALS[choice], size
 
 

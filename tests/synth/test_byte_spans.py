@@ -137,3 +137,44 @@ def test_lzma_must_win_by_the_efforts_margin():
     assert not lzma_wins(read, [(0, len(text))], margin=0.9)
     assert [effort(e).lzma_margin for e in (0, 1, 2, 3)] == [LZMA_MARGIN] * 3 + [LZMA_MARGIN_MOST]
     assert LZMA_MARGIN_MOST < LZMA_MARGIN
+
+
+def test_lzma_trials_on_threads_measure_as_on_one():
+    """LZMA's trials code their literal contexts (and a span's windows)
+    side by side on threads: the same sizes, so the same choices, as one
+    after another, whether LZMA wins (text) or loses (floats), on little
+    (all contexts on everything) and on more than LZMA_CONTEXT_BYTES (the
+    two best on the middles, then on everything)."""
+    from brevis.dsl.types import BYTES
+    from brevis.synth.planner import LZMA_CONTEXT_BYTES, LZMA_MARGIN, LZMA_TRIALS, _lzma_best, _sizes, lzma_wins
+
+    floats = (RNG.standard_normal(1 << 16) * 0.02).astype(np.float32).tobytes()
+    for data, threads in ((vocabulary(6000), 2), (vocabulary(16000), 3), (floats, 2)):
+        x = np.frombuffer(data, np.uint8)
+        pieces = [x[: len(x) // 3], x[len(x) // 3:]]
+        assert _lzma_best(pieces, BYTES, threads) == _lzma_best(pieces, BYTES)
+        assert _sizes(LZMA_TRIALS[:2], pieces, BYTES, threads, apart=True) == \
+            _sizes(LZMA_TRIALS[:2], pieces, BYTES, 1, apart=True)
+        read = lambda off, n, data=data: data[off: off + n]  # noqa: E731
+        spans = [(0, len(data) // 2), (len(data) // 2, len(data) - len(data) // 2)]
+        assert lzma_wins(read, spans, LZMA_MARGIN, threads) == lzma_wins(read, spans, LZMA_MARGIN)
+    assert len(vocabulary(16000)) > LZMA_CONTEXT_BYTES > len(vocabulary(6000))
+    assert lzma_wins(lambda off, n: floats[off: off + n], [(0, len(floats))], LZMA_MARGIN, 2) is False
+
+
+def test_files_no_parser_knows_give_the_same_archive_on_any_threads(tmp_path):
+    """Discovery's LZMA trials run span by span on threads, and a planner
+    on one thread takes threads for its own: the archive is the same to the
+    byte at -j1 and -j2 (several unparsed files, text and numbers)."""
+    sources = []
+    for name, data in (("a.bin", made_up_format(12)), ("vocab.json", vocabulary(12000)),
+                       ("b.bin", made_up_format(6) + vocabulary(3000))):
+        (tmp_path / name).write_bytes(data)
+        sources.append(tmp_path / name)
+    archives = []
+    for threads in (1, 2):
+        out = tmp_path / f"j{threads}.brv"
+        brevis.compress(sources, out, threads=threads, processes=False if threads == 1 else None)
+        archives.append(out.read_bytes())
+    assert archives[0] == archives[1]
+    assert "lzma" in programs(tmp_path / "j2.brv")
