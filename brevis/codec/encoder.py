@@ -143,10 +143,10 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
                 chunk_executor, chunk_window = executor, window or 2 * max(1, threads)
                 batch = (batch_bytes, WORKER_BATCH_CHUNKS)
             scanned = list(pool.ordered_map(scan, files))
-            # Discovery runs here, workers or not (they wait for it); so does
-            # planning where this pool has one thread: LZMA's trials of byte
-            # spans may take the other cores (planner._sizes).
-            discover(scanned, planner.effort.lzma_margin, threads)
+            # Discovery's measurements go to the workers (they wait for it),
+            # else to threads; planning where this pool has one thread lets
+            # LZMA's trials of byte spans take the other cores (planner._sizes).
+            discover(scanned, planner.effort.lzma_margin, threads, executor)
             if pool.threads == 1:
                 planner.trial_threads = threads
             gather_small_tensors(scanned, base_model)

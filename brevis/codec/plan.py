@@ -43,7 +43,7 @@ from ..synth.planner import LZMA_CHUNK_BYTES, LZMA_MARGIN, TINY, Plan, Planner, 
 from ..synth.prior import Prior
 from ..synth.search import SearchResult
 from ..workers.pool import Pool, chunk_counts, ordered_map, ordered_pairs
-from ..workers.tasks import ChunkTask, PlanTask, SegmentTask, parse_program, run_learn, run_plan
+from ..workers.tasks import ChunkTask, PlanTask, SegmentTask, SpanTask, parse_program, run_learn, run_plan, run_span
 
 
 @dataclass(eq=False)
@@ -117,7 +117,8 @@ def scan(source: Source) -> ScannedFile:
                        mode=stat.S_IMODE(st.st_mode))
 
 
-def discover(scanned: list[ScannedFile], lzma_margin: float = LZMA_MARGIN, threads: int = 1) -> None:
+def discover(scanned: list[ScannedFile], lzma_margin: float = LZMA_MARGIN, threads: int = 1,
+             executor: Executor | None = None) -> None:
     """What the parsers left as long byte spans, cut from the bytes alone
     (formats/repeats.py, formats/discovery.py):
 
@@ -134,35 +135,29 @@ def discover(scanned: list[ScannedFile], lzma_margin: float = LZMA_MARGIN, threa
       (discovery.kinds): a piece cut for its statistics keeps them.
 
     A later copy of a repeat is cut as the first (the same bytes), and its
-    pieces numbered alike. `threads`: LZMA's trials' (planner.lzma_wins)."""
+    pieces numbered alike.
+
+    Each unparsed span's measurements (span_trials: its changes and LZMA's
+    trials, most of discovery there: LZMA codes about 3 MB/s) go to
+    `executor` (worker processes, which wait for discovery anyway), else
+    to `threads` threads (liblzma releases the GIL), or one span's LZMA
+    trials to threads (planner._lzma_best); the rest runs here."""
     spans = [repeats.Span(i, seg, _read_once(f)) for i, f in enumerate(scanned)
              for seg in f.segments if repeats.searchable(seg)]
     if not spans:
         return
     unparsed = [k for k, sp in enumerate(spans) if scanned[sp.file].format == "bytes"]
-    changed = {}  # span -> its pieces where its statistics change, where measured for that
-
-    def wins(k: int, threads: int) -> bool:
-        sp, at = spans[k], spans[k].segment.offset
-        return lzma_wins(lambda off, n: sp.read(at + off, n), [(p.offset - at, p.length) for p in changed[k]],
-                         lzma_margin, threads)
-
-    # span -> whether LZMA codes it whole better than its pieces (files no
-    # parser knows). LZMA's trials are most of discovery there (LZMA codes
-    # about 3 MB/s) and release the GIL: with threads, each span's go to a
-    # thread of their own as soon as its changes are found (every read
-    # opens its own descriptor), one span's literal contexts side by side.
-    if threads > 1 and len(unparsed) > 1:
-        with ThreadPoolExecutor(threads, thread_name_prefix="brevis-lzma-wins") as pool:
-            trials = {}
-            for k in unparsed:
-                changed[k] = discovery.changes(spans[k].segment, spans[k].read)
-                trials[k] = pool.submit(wins, k, 1)
-            whole = {k: trial.result() for k, trial in trials.items()}
+    if executor is not None and len(unparsed) > 1:
+        tasks = [SpanTask(str(scanned[spans[k].file].source.path), spans[k].segment,
+                          scanned[spans[k].file].identity(), lzma_margin) for k in unparsed]
+        measured = [job.result() for job in [executor.submit(run_span, task) for task in tasks]]
+    elif threads > 1 and len(unparsed) > 1:  # every read opens its own descriptor
+        with ThreadPoolExecutor(threads, thread_name_prefix="brevis-discovery") as pool:
+            measured = list(pool.map(lambda k: span_trials(spans[k].segment, spans[k].read, lzma_margin), unparsed))
     else:
-        for k in unparsed:
-            changed[k] = discovery.changes(spans[k].segment, spans[k].read)
-        whole = {k: wins(k, threads) for k in unparsed}
+        measured = [span_trials(spans[k].segment, spans[k].read, lzma_margin, threads) for k in unparsed]
+    changed = {k: parts for k, (parts, _) in zip(unparsed, measured)}  # span -> where its statistics change
+    whole = {k: better for k, (_, better) in zip(unparsed, measured)}  # span -> whether LZMA codes it whole better
     found = [copies for copies in repeats.regions(spans) if not _within_reach(copies, whole)]
     replaced = repeats.cut(spans, found)
     numbers: dict[tuple[int, int], int] = {}  # (region, piece of it) -> the piece's region
@@ -193,6 +188,17 @@ def discover(scanned: list[ScannedFile], lzma_margin: float = LZMA_MARGIN, threa
         small = [s for s in segments if gatherable(s) and s.length > TINY]
         labels = {id(s): k for s, k in zip(small, discovery.kinds(small, _read_once(f)))}
         f.segments = gather(segments, lambda s: labels.get(id(s), -1))  # -1: the short ones, together
+
+
+def span_trials(span: Segment, read, lzma_margin: float, threads: int = 1) -> tuple[list[Segment], bool]:
+    """A byte span of a file no parser knows (read: offset in the file, n
+    -> bytes): its pieces where its statistics change (discovery.changes),
+    and whether LZMA codes it whole better than those pieces by
+    `lzma_margin` (planner.lzma_wins, its trials on `threads` threads)."""
+    changed = discovery.changes(span, read)
+    at = span.offset
+    return changed, lzma_wins(lambda off, n: read(at + off, n), [(p.offset - at, p.length) for p in changed],
+                              lzma_margin, threads)
 
 
 def gather_small_tensors(scanned: list[ScannedFile], base: Base | None = None) -> None:

@@ -179,6 +179,26 @@ def run_learn(task: SegmentTask) -> tuple[str, float, int, int, bool, float | No
 
 
 @dataclass(frozen=True)
+class SpanTask:
+    """A long byte span of a file no parser knows, for discovery's
+    measurements in a worker (plan.discover)."""
+
+    path: str
+    span: object  # formats.Segment: the span, at its offset in the file
+    identity: tuple[int, int, int, int] | None  # as in ChunkTask
+    lzma_margin: float
+
+
+def run_span(task: SpanTask) -> tuple[list, bool]:
+    """plan.span_trials of the span (in any process): its pieces where its
+    statistics change, and whether LZMA codes it whole better."""
+    from ..codec.plan import span_trials
+
+    return span_trials(task.span, lambda off, n: _read(task.path, off, n, task.path, task.identity),
+                       task.lzma_margin)
+
+
+@dataclass(frozen=True)
 class PlanTask:
     """A segment to plan (sample, search or shortcut) in a worker, with the
     prior learned for the checkpoint and, for a segment of a family, the

@@ -163,18 +163,19 @@ def test_lzma_trials_on_threads_measure_as_on_one():
 
 
 def test_files_no_parser_knows_give_the_same_archive_on_any_threads(tmp_path):
-    """Discovery's LZMA trials run span by span on threads, and a planner
-    on one thread takes threads for its own: the archive is the same to the
-    byte at -j1 and -j2 (several unparsed files, text and numbers)."""
+    """Discovery measures each unparsed span on threads, or in the worker
+    processes, and a planner on one thread lets LZMA's trials take threads:
+    the archive is the same to the byte at -j1, at -j2 on threads and at
+    -j2 with worker processes (several unparsed files, text and numbers)."""
     sources = []
     for name, data in (("a.bin", made_up_format(12)), ("vocab.json", vocabulary(12000)),
                        ("b.bin", made_up_format(6) + vocabulary(3000))):
         (tmp_path / name).write_bytes(data)
         sources.append(tmp_path / name)
     archives = []
-    for threads in (1, 2):
-        out = tmp_path / f"j{threads}.brv"
-        brevis.compress(sources, out, threads=threads, processes=False if threads == 1 else None)
+    for threads, processes in ((1, False), (2, None), (2, True)):
+        out = tmp_path / f"j{threads}-{processes}.brv"
+        brevis.compress(sources, out, threads=threads, processes=processes)
         archives.append(out.read_bytes())
-    assert archives[0] == archives[1]
-    assert "lzma" in programs(tmp_path / "j2.brv")
+    assert archives[0] == archives[1] == archives[2]
+    assert "lzma" in programs(out)
