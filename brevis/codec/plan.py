@@ -137,8 +137,9 @@ def discover(scanned: list[ScannedFile], lzma_margin: float = LZMA_MARGIN, threa
     A later copy of a repeat is cut as the first (the same bytes), and its
     pieces numbered alike.
 
-    Each unparsed span's measurements (span_trials: its changes and LZMA's
-    trials, most of discovery there: LZMA codes about 3 MB/s) go to
+    Each unparsed span's measurements (span_trials: its changes, LZMA's
+    trials and its quantized blocks, most of discovery there: LZMA codes
+    about 3 MB/s) go to
     `executor` (worker processes, which wait for discovery anyway), else
     to `threads` threads (liblzma releases the GIL), or one span's LZMA
     trials to threads (planner._lzma_best); the rest runs here."""
@@ -156,8 +157,9 @@ def discover(scanned: list[ScannedFile], lzma_margin: float = LZMA_MARGIN, threa
             measured = list(pool.map(lambda k: span_trials(spans[k].segment, spans[k].read, lzma_margin), unparsed))
     else:
         measured = [span_trials(spans[k].segment, spans[k].read, lzma_margin, threads) for k in unparsed]
-    changed = {k: parts for k, (parts, _) in zip(unparsed, measured)}  # span -> where its statistics change
-    whole = {k: better for k, (_, better) in zip(unparsed, measured)}  # span -> whether LZMA codes it whole better
+    changed = {k: m[0] for k, m in zip(unparsed, measured)}  # span -> where its statistics change
+    whole = {k: m[1] for k, m in zip(unparsed, measured)}  # span -> whether LZMA codes it whole better
+    held = {k: m[2] for k, m in zip(unparsed, measured)}  # span -> whether it holds quantized blocks
     found = [copies for copies in repeats.regions(spans) if not _within_reach(copies, whole)]
     replaced = repeats.cut(spans, found)
     numbers: dict[tuple[int, int], int] = {}  # (region, piece of it) -> the piece's region
@@ -173,7 +175,7 @@ def discover(scanned: list[ScannedFile], lzma_margin: float = LZMA_MARGIN, threa
                 segments.append(seg)
                 continue
             read = spans[k].read
-            blocks = not whole.get(k) and discovery.holds_blocks(seg, read)
+            blocks = held[k] if k in held else discovery.holds_blocks(seg, read)
             for piece in replaced.get(k, [seg]):
                 if whole.get(k) and piece.region is None:
                     cut = discovery.split(piece, read, words=False)
@@ -190,15 +192,17 @@ def discover(scanned: list[ScannedFile], lzma_margin: float = LZMA_MARGIN, threa
         f.segments = gather(segments, lambda s: labels.get(id(s), -1))  # -1: the short ones, together
 
 
-def span_trials(span: Segment, read, lzma_margin: float, threads: int = 1) -> tuple[list[Segment], bool]:
+def span_trials(span: Segment, read, lzma_margin: float, threads: int = 1) -> tuple[list[Segment], bool, bool]:
     """A byte span of a file no parser knows (read: offset in the file, n
-    -> bytes): its pieces where its statistics change (discovery.changes),
-    and whether LZMA codes it whole better than those pieces by
-    `lzma_margin` (planner.lzma_wins, its trials on `threads` threads)."""
+    -> bytes): its pieces where its statistics change (discovery.changes);
+    whether LZMA codes it whole better than those pieces by `lzma_margin`
+    (planner.lzma_wins, its trials on `threads` threads); and, where it does
+    not, whether the span holds quantized blocks (discovery.holds_blocks)."""
     changed = discovery.changes(span, read)
     at = span.offset
-    return changed, lzma_wins(lambda off, n: read(at + off, n), [(p.offset - at, p.length) for p in changed],
-                              lzma_margin, threads)
+    better = lzma_wins(lambda off, n: read(at + off, n), [(p.offset - at, p.length) for p in changed],
+                       lzma_margin, threads)
+    return changed, better, not better and discovery.holds_blocks(span, read)
 
 
 def gather_small_tensors(scanned: list[ScannedFile], base: Base | None = None) -> None:

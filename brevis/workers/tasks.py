@@ -189,9 +189,10 @@ class SpanTask:
     lzma_margin: float
 
 
-def run_span(task: SpanTask) -> tuple[list, bool]:
+def run_span(task: SpanTask) -> tuple[list, bool, bool]:
     """plan.span_trials of the span (in any process): its pieces where its
-    statistics change, and whether LZMA codes it whole better."""
+    statistics change, whether LZMA codes it whole better, and whether it
+    holds quantized blocks."""
     from ..codec.plan import span_trials
 
     return span_trials(task.span, lambda off, n: _read(task.path, off, n, task.path, task.identity),
