@@ -138,11 +138,11 @@ def discover(scanned: list[ScannedFile], lzma_margin: float = LZMA_MARGIN, threa
     pieces numbered alike.
 
     Each unparsed span's measurements (span_trials: its changes, LZMA's
-    trials and its quantized blocks, most of discovery there: LZMA codes
-    about 3 MB/s) go to
-    `executor` (worker processes, which wait for discovery anyway), else
-    to `threads` threads (liblzma releases the GIL), or one span's LZMA
-    trials to threads (planner._lzma_best); the rest runs here."""
+    trials and its quantized blocks; most of discovery there, LZMA coding
+    about 3 MB/s) go to `executor` (worker processes, which wait for
+    discovery anyway), else to `threads` threads (liblzma releases the
+    GIL), or one span's LZMA trials to threads (planner._lzma_best); the
+    rest runs here."""
     spans = [repeats.Span(i, seg, _read_once(f)) for i, f in enumerate(scanned)
              for seg in f.segments if repeats.searchable(seg)]
     if not spans:
