@@ -556,7 +556,10 @@ def lzma_wins(read: Callable[[int, int], bytes], pieces: list[tuple[int, int]], 
     (on all of a short span).
     Discovery asks before cutting a span: LZMA's adaptive model follows
     changes of statistics by itself, and pieces would shorten its window.
-    `threads`: _lzma_best's."""
+    `threads`: _lzma_best's. On one thread the contexts are coded one at a
+    time, the best on the middles first, until one comes under the bound:
+    the answer _lzma_best's size would give, without the codings the answer
+    does not need (where LZMA wins a span, one full coding of two)."""
     length = pieces[-1][0] + pieces[-1][1]
     count, width = 4 * LZMA_PROBES, LZMA_PROBE_BYTES // 4
     probes, k = [], 0
@@ -572,8 +575,10 @@ def lzma_wins(read: Callable[[int, int], bytes], pieces: list[tuple[int, int]], 
         probes.append(np.frombuffer(read(lo, min(width, n)), np.uint8))
     fast_coders = (WHOLE_TRIAL_PROGRAMS[0], WHOLE_TRIAL_PROGRAMS[1], TINY_ANS) + WORD_TRIALS + PLANE_TRIALS
     fast = sum(min(n for n in (_coded(p, [x], BYTES) for p in fast_coders) if n is not None) for x in probes)
-    slow = _lzma_best([np.concatenate(probes)], BYTES, threads)[1]
-    return slow < fast * (1 - margin)
+    whole, bound = [np.concatenate(probes)], fast * (1 - margin)
+    if threads > 1:  # side by side: no time to save by stopping early
+        return _lzma_best(whole, BYTES, threads)[1] < bound
+    return any(_coded(LZMA_TRIALS[i], whole, BYTES) < bound for i in _lzma_contenders(whole, BYTES))
 
 
 def _lzma_best(pieces: list[np.ndarray], t: Field, threads: int = 1) -> tuple[int, int]:
@@ -585,10 +590,18 @@ def _lzma_best(pieces: list[np.ndarray], t: Field, threads: int = 1) -> tuple[in
     alone made MTCNN's .npy 0.13 % larger). The contexts are coded side by
     side on up to `threads` threads (_sizes): the same sizes, so the same
     choice, sooner."""
+    top = _lzma_contenders(pieces, t, threads)
+    size, choice = min(zip(_sizes([LZMA_TRIALS[i] for i in top], pieces, t, threads), top))
+    return choice, size
+
+
+def _lzma_contenders(pieces: list[np.ndarray], t: Field, threads: int = 1) -> list[int]:
+    """The literal contexts (indices in LZMA_TRIALS) _lzma_best measures on
+    all of the pieces: every one on LZMA_CONTEXT_BYTES or less, else the two
+    that code the middle of each piece smallest, the smaller first."""
     total = sum(len(x) for x in pieces)
     if total <= LZMA_CONTEXT_BYTES:
-        size, choice = min(zip(_sizes(LZMA_TRIALS, pieces, t, threads), range(len(LZMA_TRIALS))))
-        return choice, size
+        return list(range(len(LZMA_TRIALS)))
     share = LZMA_CONTEXT_BYTES / total
     middles = []
     for x in pieces:
@@ -596,9 +609,7 @@ def _lzma_best(pieces: list[np.ndarray], t: Field, threads: int = 1) -> tuple[in
         at = (len(x) - n) // 2 // 8 * 8
         middles.append(x[at:at + n])
     ranked = sorted(zip(_sizes(LZMA_TRIALS, middles, t, threads), range(len(LZMA_TRIALS))))
-    top = [i for _, i in ranked[:2]]
-    size, choice = min(zip(_sizes([LZMA_TRIALS[i] for i in top], pieces, t, threads), top))
-    return choice, size
+    return [i for _, i in ranked[:2]]
 
 
 def _sizes(programs, pieces: list[np.ndarray], t: Field, threads: int, apart: bool = False) -> list[int | None]:

@@ -144,11 +144,13 @@ def test_lzma_trials_on_threads_measure_as_on_one():
     side by side on threads: the same sizes, so the same choices, as one
     after another, whether LZMA wins (text) or loses (floats), on little
     (all contexts on everything) and on more than LZMA_CONTEXT_BYTES (the
-    two best on the middles, then on everything)."""
+    two best on the middles, then on everything). On one thread lzma_wins
+    stops at the first context under its bound: the same answers."""
     from brevis.dsl.types import BYTES
     from brevis.synth.planner import LZMA_CONTEXT_BYTES, LZMA_MARGIN, LZMA_TRIALS, _lzma_best, _sizes, lzma_wins
 
     floats = (RNG.standard_normal(1 << 16) * 0.02).astype(np.float32).tobytes()
+    answers = []
     for data, threads in ((vocabulary(6000), 2), (vocabulary(16000), 3), (floats, 2)):
         x = np.frombuffer(data, np.uint8)
         pieces = [x[: len(x) // 3], x[len(x) // 3:]]
@@ -157,7 +159,9 @@ def test_lzma_trials_on_threads_measure_as_on_one():
             _sizes(LZMA_TRIALS[:2], pieces, BYTES, 1, apart=True)
         read = lambda off, n, data=data: data[off: off + n]  # noqa: E731
         spans = [(0, len(data) // 2), (len(data) // 2, len(data) - len(data) // 2)]
-        assert lzma_wins(read, spans, LZMA_MARGIN, threads) == lzma_wins(read, spans, LZMA_MARGIN)
+        answers.append(lzma_wins(read, spans, LZMA_MARGIN))
+        assert lzma_wins(read, spans, LZMA_MARGIN, threads) == answers[-1]
+    assert answers == [True, True, False]
     assert len(vocabulary(16000)) > LZMA_CONTEXT_BYTES > len(vocabulary(6000))
     assert lzma_wins(lambda off, n: floats[off: off + n], [(0, len(floats))], LZMA_MARGIN, 2) is False
 
