@@ -265,7 +265,7 @@ static inline uint64_t load_bits(const uint8_t *base, uint64_t limit, uint64_t a
  * their offsets from bit `pos` of `base` (`limit` bytes); the new pos.
  * A batch reads at most FAST_WORD_READS bytes of words past `at` and
  * offset_reads(BATCH, the block's widest offset) bytes of offsets past
- * its first (FAST_OFFSET_READS with offsets of 32 bits): where those lie
+ * its first (4 * BATCH + 4 with offsets of 32 bits): where those lie
  * inside the stream the loads go unchecked (the _unchecked variants), else
  * through load_bits. The fused pass does both at once, one batch's bins
  * while reading the offsets of the batch before (prev): the bins are a
@@ -281,7 +281,6 @@ static inline uint64_t load_bits(const uint8_t *base, uint64_t limit, uint64_t a
 #define NO_SLP
 #endif
 #define FAST_WORD_READS (2 * BATCH + 8)
-#define FAST_OFFSET_READS (4 * BATCH + 8)
 typedef uint64_t (*bins_fn)(const fast_t *, uint32_t *, const uint8_t *, uint64_t, uint64_t, uint32_t *);
 typedef uint64_t (*offsets_fn)(const fast_t *, const uint32_t *, const uint8_t *, uint64_t, uint64_t, void *, int);
 typedef void (*fused_fn)(const fast_t *, uint32_t *, const uint8_t *, uint64_t *, uint32_t *, const uint32_t *,
@@ -317,11 +316,11 @@ static uint64_t NAME(const fast_t *f, uint32_t *xs, const uint8_t *in, uint64_t 
 #define FAST_OFFSETS(NAME, T, LOAD, TARGET) \
 __attribute__((noinline)) NO_SLP TARGET \
 static uint64_t NAME(const fast_t *f, const uint32_t *prev, const uint8_t *base, uint64_t limit, uint64_t pos, \
-                     void *dst, int widths) { \
+                     void *dst, int widest) { \
     const int shift = sizeof(T) == 4 ? f->shift : 0; \
     T *out = dst; \
     (void)limit; \
-    if (!widths) { /* no bin has offset bits: each value is its bin's lower */ \
+    if (!widest) { /* no bin has offset bits: each value is its bin's lower */ \
         for (int j = 0; j < BATCH; j++) out[j] = (T)((prev[j] & 0xffff) << shift); \
         return pos; \
     } \
@@ -399,8 +398,8 @@ static int build_stab(const uint32_t *freq, const uint32_t *lower, const uint8_t
 
 /* The bytes past byte pos >> 3 that the offsets of `count` values, none
  * wider than `widest` bits, may read: the last one's 8-byte load starts at
- * most (7 + (count - 1) * widest) / 8 bytes on. FAST_OFFSET_READS and
- * MULTI_OFFSET_READS bound it for any width; a block whose offsets are
+ * most (7 + (count - 1) * widest) / 8 bytes on. MULTI_OFFSET_READS
+ * bounds it for an engine call at any width; a block whose offsets are
  * narrower (most are: 0 to 8 bits) keeps its unchecked loads, and its
  * slot of the engine, until far closer to the end of what may be read.
  * (A stream of one block has nothing after its offsets: with the 32-bit
@@ -429,7 +428,7 @@ typedef struct {
     Py_ssize_t n, i, stream;
     uint32_t x[LANES];
     fast_t f;
-    int widths;  /* the widest offset, bits (0: none) */
+    int widest;  /* its widest offset, bits (0: none) */
     uint64_t oreads, mreads;  /* offset bytes a batch and an engine call may read (offset_reads) */
 } narrow_t;
 
@@ -446,7 +445,7 @@ static inline uint32_t load4(const uint8_t *p) {
  * NULL, or what is wrong. */
 static const char *narrow_start(narrow_t *b, const uint8_t *in, Py_ssize_t inlen, const uint8_t *offs,
                                 Py_ssize_t offslen, Py_ssize_t spare, Py_ssize_t n, void *out, uint64_t *stab,
-                                int P, int shift, int widths) {
+                                int P, int shift, int widest) {
     if (inlen < 4 * LANES || (inlen - 4 * LANES) % 2) return "damaged stream (length)";
     b->in = in; b->limit = (uint64_t)inlen; b->at = 4 * LANES;
     b->offs = offs; b->olimit = (uint64_t)offslen; b->pos = 0;
@@ -455,9 +454,9 @@ static const char *narrow_start(narrow_t *b, const uint8_t *in, Py_ssize_t inlen
     b->wread = offs == in + inlen ? (uint64_t)inlen + b->oread : (uint64_t)inlen;
     b->out = out; b->n = n; b->i = 0;
     b->f.stab = stab; b->f.P = P; b->f.mask = (1u << P) - 1; b->f.shift = shift;
-    b->widths = widths;
-    b->oreads = offset_reads(BATCH, widths);
-    b->mreads = offset_reads(4 * MULTI_GROUPS, widths);
+    b->widest = widest;
+    b->oreads = offset_reads(BATCH, widest);
+    b->mreads = offset_reads(4 * MULTI_GROUPS, widest);
     for (int k = 0; k < LANES; k++) {
         b->x[k] = load4(in + 4 * k);
         if (b->x[k] < RANS_L) return "damaged stream";
@@ -477,7 +476,7 @@ static const char *narrow_finish(narrow_t *b, int width, int simd) {
     const uint64_t limit = b->limit, olimit = b->olimit, wread = b->wread, oread = b->oread, oreads = b->oreads;
     uint64_t at = b->at, pos = b->pos;
     Py_ssize_t i = b->i, n = b->n;
-    const int widths = b->widths, k = width == 1 ? 0 : width == 2 ? 1 : 2;
+    const int widest = b->widest, k = width == 1 ? 0 : width == 2 ? 1 : 2;
     int bad = 0;
     static const offsets_fn checked[3] = {fast_offsets8_checked, fast_offsets16_checked, fast_offsets32_checked};
     bins_fn bins = fast_bins_unchecked;
@@ -496,12 +495,12 @@ static const char *narrow_finish(narrow_t *b, int width, int simd) {
     uint8_t *ob = b->out;
     while (!bad && i + BATCH <= n) {
         int words_safe = at + FAST_WORD_READS <= wread, offsets_safe = (pos >> 3) + oreads <= oread;
-        if (pending && widths && words_safe && offsets_safe) {
+        if (pending && widest && words_safe && offsets_safe) {
             fused(f, b->x, in, &at, rb[cur ^ 1], rb[cur], ostart, &pos, ob + (i - BATCH) * width);
             cur ^= 1;
         } else {
             if (pending)
-                pos = (offsets_safe ? offsets : checked[k])(f, rb[cur], ostart, olimit, pos, ob + (i - BATCH) * width, widths);
+                pos = (offsets_safe ? offsets : checked[k])(f, rb[cur], ostart, olimit, pos, ob + (i - BATCH) * width, widest);
             at = (words_safe ? bins : fast_bins_checked)(f, b->x, in, limit, at, rb[cur]);
         }
         pending = 1;
@@ -510,7 +509,7 @@ static const char *narrow_finish(narrow_t *b, int width, int simd) {
     }
     if (pending && !bad) {
         int offsets_safe = (pos >> 3) + oreads <= oread;
-        pos = (offsets_safe ? offsets : checked[k])(f, rb[cur], ostart, olimit, pos, ob + (i - BATCH) * width, widths);
+        pos = (offsets_safe ? offsets : checked[k])(f, rb[cur], ostart, olimit, pos, ob + (i - BATCH) * width, widest);
         if (pos > 8 * olimit) bad = 1;
     }
     /* the last values, each with its checks */
@@ -555,8 +554,8 @@ static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_
     if (error) return error;
     if (P <= 15 && n >= BATCH) {  /* the fast path, on the slot table */
         narrow_t b;
-        int widths = build_stab(freq, lower, obits, bins, shift, stab);
-        error = narrow_start(&b, in, inlen, offs, offslen, spare, n, out, stab, P, shift, widths);
+        int widest = build_stab(freq, lower, obits, bins, shift, stab);
+        error = narrow_start(&b, in, inlen, offs, offslen, spare, n, out, stab, P, shift, widest);
         return error ? error : narrow_finish(&b, width, simd);
     }
     if (inlen < 4 * LANES || (inlen - 4 * LANES) % 2) return "damaged stream (length)";
@@ -1169,8 +1168,8 @@ static const char *multi_add(multi_t *m, const uint8_t *in, Py_ssize_t inlen, co
         for (k = 0; k < MULTI_SLOTS && m->used[k]; k++) {}
     }
     uint64_t *stab = m->arena + (size_t)k * SLOT_ENTRIES;
-    int widths = build_stab(freq, lower, obits, bins, shift, stab);
-    const char *error = narrow_start(&m->slot[k], in, inlen, offs, offslen, spare, n, out, stab, P, shift, widths);
+    int widest = build_stab(freq, lower, obits, bins, shift, stab);
+    const char *error = narrow_start(&m->slot[k], in, inlen, offs, offslen, spare, n, out, stab, P, shift, widest);
     if (error) return error;
     m->slot[k].stream = stream;
     m->used[k] = 1;
