@@ -591,7 +591,7 @@ def _lzma_best(pieces: list[np.ndarray], t: Field, threads: int = 1) -> tuple[in
     side on up to `threads` threads (_sizes): the same sizes, so the same
     choice, sooner."""
     top = _lzma_contenders(pieces, t, threads)
-    size, choice = min(zip(_sizes([LZMA_TRIALS[i] for i in top], pieces, t, threads), top))
+    size, choice = min(zip(_sizes([(LZMA_TRIALS[i], pieces) for i in top], t, threads), top))
     return choice, size
 
 
@@ -608,17 +608,15 @@ def _lzma_contenders(pieces: list[np.ndarray], t: Field, threads: int = 1) -> li
         n = max(1, int(len(x) * share)) // 8 * 8 or len(x)
         at = (len(x) - n) // 2 // 8 * 8
         middles.append(x[at:at + n])
-    ranked = sorted(zip(_sizes(LZMA_TRIALS, middles, t, threads), range(len(LZMA_TRIALS))))
+    ranked = sorted(zip(_sizes([(p, middles) for p in LZMA_TRIALS], t, threads), range(len(LZMA_TRIALS))))
     return [i for _, i in ranked[:2]]
 
 
-def _sizes(programs, pieces: list[np.ndarray], t: Field, threads: int, apart: bool = False) -> list[int | None]:
-    """_coded(p, pieces, t) for each program (`apart`: _coded(programs[k],
-    [pieces[k]], t) for each k), on up to `threads` threads at once:
-    liblzma releases the GIL while it codes (the trials were a third to a
-    half of compressing files no parser knows, on one core while the other
-    waited)."""
-    jobs = [(p, [x]) for p, x in zip(programs, pieces)] if apart else [(p, pieces) for p in programs]
+def _sizes(jobs: list[tuple[Program, list[np.ndarray]]], t: Field, threads: int) -> list[int | None]:
+    """_coded(program, pieces, t) for each (program, pieces) of `jobs`, on up
+    to `threads` threads at once: liblzma releases the GIL while it codes
+    (the trials were a third to a half of compressing files no parser
+    knows, on one core while the other waited)."""
     if threads < 2 or len(jobs) < 2:
         return [_coded(p, xs, t) for p, xs in jobs]
     with ThreadPoolExecutor(min(threads, len(jobs)), thread_name_prefix="brevis-lzma-trial") as pool:
@@ -650,7 +648,7 @@ def _lzma_trial(seg: SegmentInfo, pieces: list[np.ndarray], threads: int = 1) ->
     probes = pieces if seg.length <= WHOLE_TRIAL_BYTES else _probes(seg.length, seg.read)  # all of a short span
     choice, size = _lzma_best(probes, seg.t, threads)
     if probes is not pieces:  # each piece coded on its own, as _coded does, side by side
-        size = sum(_sizes([LZMA_TRIALS[choice]] * len(pieces), pieces, seg.t, threads, apart=True))
+        size = sum(_sizes([(LZMA_TRIALS[choice], [x]) for x in pieces], seg.t, threads))
     return LZMA_TRIALS[choice], size
 
 

@@ -155,8 +155,8 @@ def test_lzma_trials_on_threads_measure_as_on_one():
         x = np.frombuffer(data, np.uint8)
         pieces = [x[: len(x) // 3], x[len(x) // 3:]]
         assert _lzma_best(pieces, BYTES, threads) == _lzma_best(pieces, BYTES)
-        assert _sizes(LZMA_TRIALS[:2], pieces, BYTES, threads, apart=True) == \
-            _sizes(LZMA_TRIALS[:2], pieces, BYTES, 1, apart=True)
+        apart = [(p, [x]) for p, x in zip(LZMA_TRIALS[:2], pieces)]
+        assert _sizes(apart, BYTES, threads) == _sizes(apart, BYTES, 1)
         read = lambda off, n, data=data: data[off: off + n]  # noqa: E731
         spans = [(0, len(data) // 2), (len(data) // 2, len(data) - len(data) // 2)]
         answers.append(lzma_wins(read, spans, LZMA_MARGIN))
