@@ -356,6 +356,41 @@ def test_kernels_read_nothing_past_a_damaged_stream(bits, wide, monkeypatch):
                     pass
 
 
+def damaged(stream: bytes, trial: int, rng) -> bytes:
+    """Trial 0: the stream whole; later ones: a bit flipped, and every
+    third cut short too."""
+    data = bytearray(stream)
+    if trial:
+        data[rng.integers(len(data))] ^= 1 << rng.integers(8)
+    return bytes(data[: rng.integers(1, len(data) + 1)] if trial % 3 == 2 else data)
+
+
+def python_decoded(data: bytes, n: int, t: Field, monkeypatch):
+    """What the Python decoder makes of data: its n values, or None where it refuses it."""
+    c_rans = entropy._rans
+    monkeypatch.setattr(entropy, "_rans", None)
+    try:
+        return Ans().decode(memoryview(data), n, t)
+    except FormatError:
+        return None
+    finally:
+        monkeypatch.setattr(entropy, "_rans", c_rans)
+
+
+def c_decodes_alike(view, n: int, t: Field, want, out: np.ndarray):
+    """decode_stream of view into out, with and without BMI2, refuses it
+    where `want` is None, else gives want; returns the last result."""
+    for simd in (True, False):
+        try:
+            entropy._rans.decode_stream(view, n, entropy._width(t), t.bits, out, simd)
+            got = out
+        except ValueError:
+            got = None
+        assert (got is None) == (want is None)
+        assert got is None or np.array_equal(got, want)
+    return got
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mprotect through ctypes")
 @pytest.mark.parametrize("bits", [4, 8, 16, 32])
 def test_blocks_read_ahead_into_their_stream_only(bits, monkeypatch):
@@ -368,31 +403,14 @@ def test_blocks_read_ahead_into_their_stream_only(bits, monkeypatch):
     t, x = Field(bits), values("bell", (9 << 10) + 300, bits, seed=15)
     stream = Ans().encode(x, t)
     assert stream[0] == 10
-    c_rans = entropy._rans
     rng = np.random.default_rng(16)
     for trial in range(31):
-        data = bytearray(stream)
-        if trial:
-            data[rng.integers(len(data))] ^= 1 << rng.integers(8)
-        data = bytes(data[: rng.integers(1, len(data) + 1)] if trial % 3 == 2 else data)
-        monkeypatch.setattr(entropy, "_rans", None)
-        try:
-            expected = Ans().decode(memoryview(data), len(x), t)
-        except FormatError:
-            expected = None
-        monkeypatch.setattr(entropy, "_rans", c_rans)
+        data = damaged(stream, trial, rng)
+        expected = python_decoded(data, len(x), t, monkeypatch)
         with before_unreadable_page(data) as view:
-            for simd in (True, False):
-                out = np.empty(len(x), dtype=t.container)
-                try:
-                    c_rans.decode_stream(view, len(x), entropy._width(t), bits, out, simd)
-                    got = out
-                except ValueError:
-                    got = None
-                assert (got is None) == (expected is None)
-                assert got is None or np.array_equal(got, expected)
-                if not trial:
-                    assert np.array_equal(got, x)
+            got = c_decodes_alike(view, len(x), t, expected, np.empty(len(x), dtype=t.container))
+            if not trial:
+                assert np.array_equal(got, x)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mprotect through ctypes")
@@ -410,36 +428,17 @@ def test_narrow_offsets_keep_their_loads_inside_the_stream(bits, block_log, monk
     t = Field(bits)
     xs = [values("clusters", n, bits, seed=n) for n in (5000, 3000, 9000, 2600, 7000, 4100, 6000, 3300, 8000)]
     streams = [Ans().encode(x, t) for x in xs]
-    c_rans, w = entropy._rans, entropy._width(t)
+    w = entropy._width(t)
     rng = np.random.default_rng(bits + block_log)
     for trial in range(12):
-        datas = []
-        for s in streams:
-            data = bytearray(s)
-            if trial:
-                data[rng.integers(len(data))] ^= 1 << rng.integers(8)
-            datas.append(bytes(data[: rng.integers(1, len(data) + 1)] if trial % 3 == 2 else data))
-        monkeypatch.setattr(entropy, "_rans", None)
-        expected = []
-        for data, x in zip(datas, xs):
-            try:
-                expected.append(Ans().decode(memoryview(data), len(x), t))
-            except FormatError:
-                expected.append(None)
-        monkeypatch.setattr(entropy, "_rans", c_rans)
+        datas = [damaged(s, trial, rng) for s in streams]
+        expected = [python_decoded(data, len(x), t, monkeypatch) for data, x in zip(datas, xs)]
         with contextlib.ExitStack() as stack:
             views = [stack.enter_context(before_unreadable_page(data)) for data in datas]
             outs = [np.empty(len(x), dtype=t.container) for x in xs]
             for view, x, out, want in zip(views, xs, outs, expected):
-                for simd in (True, False):
-                    try:
-                        c_rans.decode_stream(view, len(x), w, bits, out, simd)
-                        got = out
-                    except ValueError:
-                        got = None
-                    assert (got is None) == (want is None)
-                    assert got is None or np.array_equal(got, want)
-            failed = c_rans.decode_streams([(v, len(x), w, bits, o) for v, x, o in zip(views, xs, outs)])
+                c_decodes_alike(view, len(x), t, want, out)
+            failed = entropy._rans.decode_streams([(v, len(x), w, bits, o) for v, x, o in zip(views, xs, outs)])
             first = next((k for k, want in enumerate(expected) if want is None), None)
             assert (failed is None) == (first is None)
             assert failed is None or failed[0] == first
