@@ -8,6 +8,17 @@ allows on more cores.
     python benchmarks/scaling.py --items ppocr-v5 --repeat 5 --modes j1,j2,j2-threads
     python benchmarks/scaling.py --dask ppocr-v5,pocketnet-v3,piper-joe-medium,minilm-l6-v2
     python benchmarks/scaling.py --serial --items astra-i3d-resnet152,pocketnet-v3
+    python benchmarks/scaling.py --jobs 1,4,16 --items astra-i3d-resnet152 --tmp /dev/shm
+
+--jobs measures instead of projecting, on a machine with that many cores:
+compress and decompress at each -jN (the CLI's own choice of threads or
+worker processes), the best wall time of `--repeat`, its speed-up against
+the first -jN, the main process's and the workers' CPU seconds (so the
+serial share at that N), and zstd -3 on the same bytes with N threads in
+memory (python-zstandard; its decompression has one thread whatever N).
+Every -jN must write the same archive to the byte. `seconds` is brevis's
+own summary (scan to last write); `process s` the whole command's, the
+interpreter's start and imports included.
 
 --serial runs each command at -j1 (one process, one thread) and at -j2
 with worker processes forced (what -j16 would use): the main process's
@@ -33,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,6 +54,8 @@ from pathlib import Path
 CORPUS = Path(os.environ.get("BREVIS_CORPUS", Path.home() / ".cache" / "brevis-corpus"))
 ITEMS = ["astra-i3d-resnet152", "piper-joe-medium", "ppocr-v5", "pocketnet-v3", "minilm-l6-v2", "gemma3-270m-q4km"]
 REPO = Path(__file__).resolve().parent.parent
+# The children import brevis from this checkout, and what PYTHONPATH already names.
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
 
 # Runs brevis in this process and reports its peak RSS and its children's.
 LAUNCHER = """
@@ -78,11 +92,13 @@ def files_of(item: str) -> list[Path]:
 def launch(args: list[str], mode: str) -> dict:
     """`brevis ARGS --json` in a fresh process (LAUNCHER, `mode`): its JSON
     summary with the process's and its children's peak RSS and CPU seconds."""
+    start = time.perf_counter()
     r = subprocess.run([sys.executable, "-c", LAUNCHER, mode, *args, "-q", "--json"], capture_output=True,
-                       text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=3600)
+                       text=True, env=ENV, timeout=3600)
     if r.returncode != 0:
         raise SystemExit(f"brevis {' '.join(args)}: {r.stderr}")
     s = json.loads(r.stdout)
+    s["process_seconds"] = time.perf_counter() - start
     s.update(json.loads(r.stderr.strip().splitlines()[-1]))
     return s
 
@@ -132,6 +148,67 @@ def serial_share(items: list[str], repeat: int) -> None:
                 print(f"| {item} | {mb:.0f} | {name} | {one['seconds']:.2f} | {two['seconds']:.2f} | "
                       f"{one['seconds'] / two['seconds']:.2f} | {main:.2f} | {workers:.2f} | {share:.1%} | "
                       + " | ".join(cells) + " |", flush=True)
+
+
+def measured_cores(items: list[str], jobs: list[int], repeat: int, tmp: Path) -> None:
+    """Per item and command, at each -jN of `jobs`: best wall time of
+    `repeat` runs, speed-up against jobs[0], CPU seconds of the main
+    process and of its workers, serial share, and zstd -3 with N threads
+    on the same bytes (module docstring). Archives are written and decoded
+    under `tmp`; the archives of every -jN must be the same to the byte."""
+    print("| item | MB | command | -jN | seconds | MB/s | speed-up | process s | main CPU s | workers CPU s | "
+          "serial share | peak RSS MiB (main + largest worker) | zstd -3 tN MB/s | zstd speed-up |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for item in items:
+        archive, out = tmp / f"{item}.brv", tmp / f"{item}.out"
+        commands = {
+            "compress": lambda j: ["compress", str(CORPUS / item), "-o", str(archive), "-f", "-j", str(j)],
+            "decompress": lambda j: ["decompress", str(archive), "-o", str(out), "-f", "-j", str(j)],
+        }
+        digests = set()
+        for name, args in commands.items():
+            best: dict[int, dict] = {}
+            for _ in range(repeat):
+                for j in jobs:
+                    s = launch(args(j), "auto")
+                    if name == "compress":
+                        digests.add(subprocess.run(["sha256sum", str(archive)], capture_output=True,
+                                                   text=True).stdout.split()[0])
+                    if j not in best or s["seconds"] < best[j]["seconds"]:
+                        best[j] = s
+            assert len(digests) == 1, f"{item}: the archives of {jobs} differ"
+            zstd = {j: max((zstd_run if name == "compress" else zstd_decode_run)(item, j) for _ in range(repeat))
+                    for j in jobs}
+            first = best[jobs[0]]
+            for j in jobs:
+                s = best[j]
+                main, workers = s["cpu_s"], s["child_cpu_s"]
+                mb = s["original_bytes"] / 1e6
+                # Only worker processes split the CPU between serial and shared work; threads count as main's.
+                share = f"{main / (main + workers):.1%}" if workers else "- (one process)"
+                print(f"| {item} | {mb:.0f} | {name} | {j} | {s['seconds']:.3f} | {mb / s['seconds']:.0f} | "
+                      f"{first['seconds'] / s['seconds']:.2f}x | {s['process_seconds']:.2f} | {main:.2f} | "
+                      f"{workers:.2f} | {share} | {s['rss_kib'] // 1024} + {s['child_rss_kib'] // 1024} | "
+                      f"{zstd[j]:.0f} | {zstd[j] / zstd[jobs[0]]:.2f}x |", flush=True)
+        shutil.rmtree(out, ignore_errors=True)
+        archive.unlink(missing_ok=True)
+
+
+def zstd_decode_run(item: str, threads: int) -> float:
+    """zstd -3's decoding of the item's files in memory, MB/s of original
+    bytes (one thread: python-zstandard decodes a frame on one)."""
+    import zstandard
+
+    total, seconds = 0, 0.0
+    for p in files_of(item):
+        data = p.read_bytes()
+        frame = zstandard.ZstdCompressor(level=3, threads=threads).compress(data)
+        d = zstandard.ZstdDecompressor()
+        t = time.perf_counter()
+        d.decompress(frame, max_output_size=len(data))
+        seconds += time.perf_counter() - t
+        total += len(data)
+    return total / seconds / 1e6
 
 
 def zstd_run(item: str, threads: int) -> float:
@@ -190,7 +267,7 @@ def dask_scaling(items: list[str], repeat: int) -> None:
                 r = subprocess.run([sys.executable, "-m", "brevis", "compress-many",
                                     *[str(CORPUS / i) for i in items], "-o", tmp, "-w", str(workers),
                                     "--engine", "dask", "--json", "-q"], capture_output=True, text=True,
-                                   env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=3600)
+                                   env=ENV, timeout=3600)
                 if r.returncode != 0:
                     raise SystemExit(r.stderr)
                 s = json.loads(r.stdout)
@@ -209,9 +286,14 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dask", default="", help="items for compress-many with 1 and 2 Dask workers")
     ap.add_argument("--serial", action="store_true", help="the serial share and projected speed-ups instead")
+    ap.add_argument("--jobs", default="", help="-jN to measure compress and decompress at, e.g. 1,4,16")
+    ap.add_argument("--tmp", default=None, help="folder for --jobs' archives and outputs (default: the system's)")
     args = ap.parse_args()
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()}, {os.cpu_count()} CPUs")
-    if args.serial:
+    if args.jobs:
+        with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+            measured_cores(args.items.split(","), [int(j) for j in args.jobs.split(",")], args.repeat, Path(tmp))
+    elif args.serial:
         serial_share(args.items.split(","), args.repeat)
     elif args.items:
         scaling(args.items.split(","), args.modes.split(","), args.repeat)
