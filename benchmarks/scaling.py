@@ -16,7 +16,10 @@ worker processes), the best wall time of `--repeat`, its speed-up against
 the first -jN, the main process's and the workers' CPU seconds (so the
 serial share at that N), and zstd -3 on the same bytes with N threads in
 memory (python-zstandard; its decompression has one thread whatever N).
-Every -jN must write the same archive to the byte. `seconds` is brevis's
+Every -jN must write the same archive to the byte. --concurrent K,... runs
+K independent -j1 commands at once instead: how far the machine itself
+scales on this work (memory bandwidth, page faults, shared caches), the
+bound that -jN's speed-up is read against. `seconds` is brevis's
 own summary (scan to last write); `process s` the whole command's, the
 interpreter's start and imports included.
 
@@ -81,7 +84,8 @@ finally:
     s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     hwm = [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")][0]  # ru_maxrss survives exec
     print(json.dumps({"rss_kib": hwm, "child_rss_kib": c.ru_maxrss,
-                      "cpu_s": cpu(s) - start, "child_cpu_s": cpu(c)}), file=sys.stderr)
+                      "cpu_s": cpu(s) - start, "child_cpu_s": cpu(c), "sys_s": s.ru_stime, "child_sys_s": c.ru_stime,
+                      "faults": s.ru_minflt, "child_faults": c.ru_minflt}), file=sys.stderr)
 """
 
 
@@ -92,14 +96,24 @@ def files_of(item: str) -> list[Path]:
 def launch(args: list[str], mode: str) -> dict:
     """`brevis ARGS --json` in a fresh process (LAUNCHER, `mode`): its JSON
     summary with the process's and its children's peak RSS and CPU seconds."""
-    start = time.perf_counter()
-    r = subprocess.run([sys.executable, "-c", LAUNCHER, mode, *args, "-q", "--json"], capture_output=True,
-                       text=True, env=ENV, timeout=3600)
-    if r.returncode != 0:
-        raise SystemExit(f"brevis {' '.join(args)}: {r.stderr}")
-    s = json.loads(r.stdout)
-    s["process_seconds"] = time.perf_counter() - start
-    s.update(json.loads(r.stderr.strip().splitlines()[-1]))
+    return launched(start(args, mode))
+
+
+def start(args: list[str], mode: str) -> tuple[subprocess.Popen, float, list[str]]:
+    """launch's process, started: wait for it with `launched`."""
+    p = subprocess.Popen([sys.executable, "-c", LAUNCHER, mode, *args, "-q", "--json"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=ENV)
+    return p, time.perf_counter(), args
+
+
+def launched(started: tuple[subprocess.Popen, float, list[str]]) -> dict:
+    p, begun, args = started
+    out, err = p.communicate(timeout=3600)
+    if p.returncode != 0:
+        raise SystemExit(f"brevis {' '.join(args)}: {err}")
+    s = json.loads(out)
+    s["process_seconds"] = time.perf_counter() - begun
+    s.update(json.loads(err.strip().splitlines()[-1]))
     return s
 
 
@@ -157,8 +171,9 @@ def measured_cores(items: list[str], jobs: list[int], repeat: int, tmp: Path) ->
     on the same bytes (module docstring). Archives are written and decoded
     under `tmp`; the archives of every -jN must be the same to the byte."""
     print("| item | MB | command | -jN | seconds | MB/s | speed-up | process s | main CPU s | workers CPU s | "
-          "serial share | peak RSS MiB (main + largest worker) | zstd -3 tN MB/s | zstd speed-up |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "serial share | system CPU s (main + workers) | page faults, thousands (main + workers) | "
+          "peak RSS MiB (main + largest worker) | zstd -3 tN MB/s | zstd speed-up |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for item in items:
         archive, out = tmp / f"{item}.brv", tmp / f"{item}.out"
         commands = {
@@ -188,9 +203,52 @@ def measured_cores(items: list[str], jobs: list[int], repeat: int, tmp: Path) ->
                 share = f"{main / (main + workers):.1%}" if workers else "- (one process)"
                 print(f"| {item} | {mb:.0f} | {name} | {j} | {s['seconds']:.3f} | {mb / s['seconds']:.0f} | "
                       f"{first['seconds'] / s['seconds']:.2f}x | {s['process_seconds']:.2f} | {main:.2f} | "
-                      f"{workers:.2f} | {share} | {s['rss_kib'] // 1024} + {s['child_rss_kib'] // 1024} | "
+                      f"{workers:.2f} | {share} | {s['sys_s']:.2f} + {s['child_sys_s']:.2f} | "
+                      f"{s['faults'] / 1e3:.1f} + {s['child_faults'] / 1e3:.1f} | "
+                      f"{s['rss_kib'] // 1024} + {s['child_rss_kib'] // 1024} | "
                       f"{zstd[j]:.0f} | {zstd[j] / zstd[jobs[0]]:.2f}x |", flush=True)
         shutil.rmtree(out, ignore_errors=True)
+        archive.unlink(missing_ok=True)
+
+
+def concurrent_runs(items: list[str], counts: list[int], repeat: int, tmp: Path) -> None:
+    """The machine's own scaling, as a bound for -jN's: K independent
+    `brevis compress -j1` (then decompress -j1) of the same item started
+    together, for each K of `counts`; their aggregate throughput (K times
+    the item over the longest run's own seconds, as -jN's, without the
+    interpreters' start) against K = 1's. Best of `repeat` by the wall
+    time of all K; the input is read from the page cache by all of them."""
+    print("| item | MB | command | K processes at once | wall s (processes) | longest brevis s | aggregate MB/s | "
+          "speed-up | mean CPU s each | mean system CPU s each |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for item in items:
+        archive = tmp / f"{item}.brv"
+        launch(["compress", str(CORPUS / item), "-o", str(archive), "-f", "-j", "1"], "auto")
+        commands = {
+            "compress": lambda k: ["compress", str(CORPUS / item), "-o", str(tmp / f"{item}.{k}.brv"), "-f", "-j", "1"],
+            "decompress": lambda k: ["decompress", str(archive), "-o", str(tmp / f"{item}.{k}.out"), "-f", "-j", "1"],
+        }
+        for name, args in commands.items():
+            first = None
+            for k in counts:
+                best = None
+                for _ in range(repeat):
+                    begun = time.perf_counter()
+                    runs = [launched(p) for p in [start(args(i), "auto") for i in range(k)]]
+                    wall = time.perf_counter() - begun
+                    if best is None or wall < best[0]:
+                        best = (wall, runs)
+                wall, runs = best
+                mb = runs[0]["original_bytes"] / 1e6
+                longest = max(r["seconds"] for r in runs)  # without the interpreters' start, as -jN's seconds
+                first = first or mb / longest
+                cpu = sum(r["cpu_s"] + r["child_cpu_s"] for r in runs) / k
+                system = sum(r["sys_s"] + r["child_sys_s"] for r in runs) / k
+                print(f"| {item} | {mb:.0f} | {name} | {k} | {wall:.2f} | {longest:.3f} | {k * mb / longest:.0f} | "
+                      f"{k * mb / longest / first:.2f}x | {cpu:.2f} | {system:.2f} |", flush=True)
+            for k in range(max(counts)):
+                shutil.rmtree(tmp / f"{item}.{k}.out", ignore_errors=True)
+                (tmp / f"{item}.{k}.brv").unlink(missing_ok=True)
         archive.unlink(missing_ok=True)
 
 
@@ -287,12 +345,17 @@ def main() -> None:
     ap.add_argument("--dask", default="", help="items for compress-many with 1 and 2 Dask workers")
     ap.add_argument("--serial", action="store_true", help="the serial share and projected speed-ups instead")
     ap.add_argument("--jobs", default="", help="-jN to measure compress and decompress at, e.g. 1,4,16")
+    ap.add_argument("--concurrent", default="", help="K independent -j1 runs at once, e.g. 1,4,16: the machine's scaling")
     ap.add_argument("--tmp", default=None, help="folder for --jobs' archives and outputs (default: the system's)")
     args = ap.parse_args()
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()}, {os.cpu_count()} CPUs")
-    if args.jobs:
+    if args.jobs or args.concurrent:
         with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
-            measured_cores(args.items.split(","), [int(j) for j in args.jobs.split(",")], args.repeat, Path(tmp))
+            if args.jobs:
+                measured_cores(args.items.split(","), [int(j) for j in args.jobs.split(",")], args.repeat, Path(tmp))
+            if args.concurrent:
+                concurrent_runs(args.items.split(","), [int(k) for k in args.concurrent.split(",")], args.repeat,
+                                Path(tmp))
     elif args.serial:
         serial_share(args.items.split(","), args.repeat)
     elif args.items:

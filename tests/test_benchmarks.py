@@ -220,3 +220,20 @@ def test_discovery_effort_measures_three_archives_per_item(tmp_path):
     # the safetensors file read as bytes (no tensor names) codes to other streams than the parsed one
     assert sizes["parsers off"] != sizes["default"]
     assert "| tiny |" in (out / "discovery_effort.md").read_text()
+
+
+def test_scaling_measures_each_jobs_count_and_concurrent_runs(tmp_path):
+    corpus = tiny_corpus(tmp_path)
+    p = subprocess.run([sys.executable, "benchmarks/scaling.py", "--jobs", "1,2", "--concurrent", "1,2", "--items", "tiny",
+                        "--repeat", "1", "--tmp", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={**__import__("os").environ, "BREVIS_CORPUS": str(corpus)})
+    assert p.returncode == 0, p.stderr  # a -jN whose archive differs from -j1's fails the run
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in p.stdout.splitlines()
+            if line.startswith("| tiny |")]
+    jobs = [(r[2], r[3]) for r in rows if len(r) == 16]
+    assert jobs == [("compress", "1"), ("compress", "2"), ("decompress", "1"), ("decompress", "2")]
+    assert all(float(r[4]) > 0 and r[6] == "1.00x" for r in rows if len(r) == 16 and r[3] == "1")
+    concurrent = [(r[2], r[3]) for r in rows if len(r) == 10]
+    assert concurrent == [("compress", "1"), ("compress", "2"), ("decompress", "1"), ("decompress", "2")]
+    assert all(float(r[5]) > 0 and float(r[6]) > 0 for r in rows if len(r) == 10)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]  # archives and outputs cleaned up
