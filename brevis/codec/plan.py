@@ -26,7 +26,7 @@ import os
 import stat
 from collections import Counter
 from collections import deque
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
@@ -441,54 +441,105 @@ def plan_segments(files: list[PlannedFile], planner: Planner, pool: Pool, chunk_
     yield from _placed(pairs, first_copy, chunk_bytes)
 
 
+HELD = object()  # _planned_elsewhere's job of a follower not yet sent
+
+
 def _planned_elsewhere(items, plan, planner: Planner, executor: Executor, ahead: int):
     """(item, plan_segments' plan of it) in order, each segment planned by
-    a worker (tasks.run_plan), `ahead` at once; a segment coded against a
-    base is planned here (`plan`). Jobs are submitted from this thread
-    only: a worker process started by a submit is tied to the submitting
-    thread (its death signal, processes.py). A family's follower is sent
-    once its leader's plan is back, with the leader's program."""
+    a worker (tasks.run_plan), `ahead` sent at once; a segment coded
+    against a base is planned here (`plan`). Jobs are submitted from this
+    thread only: a worker process started by a submit is tied to the
+    submitting thread (its death signal, processes.py). A family's
+    follower is sent once its leader's plan is back, with the leader's
+    program; meanwhile the segments after it are sent (on 16 cores, waiting
+    there left all but a few workers idle while a leader's search ran:
+    benchmarks/results/scaling.md), and while this thread waits for the
+    oldest plan, each leader's plan that comes back sends its followers."""
     prior = json.dumps(planner.prior.to_json())
-    pending: deque = deque()
+    pending: deque[list] = deque()  # [item, job, plan]: job a Future, a plan made here, or HELD
+    held: dict[int, list[list]] = {}  # id(family) -> its followers' entries, sent once its leader's plan is back
+    leaders: dict[int, list] = {}  # id(family) -> its leader's entry, while that plan is out
+    sent = 0  # entries of pending sent to the workers
+
+    def send(entry: list) -> None:
+        nonlocal sent
+        sent += 1
+        ps, info, family, leader = entry[0]
+        seg, f = ps.segment, ps.file.scanned
+        follows = family is not None and not leader and family.program is not None
+        segment = SegmentTask(ps.file.path, seg.start, seg.length, seg.name, ps.type_name, seg.shape,
+                              seg.records, info.chunks, planner.effort.level, f.identity(), seg.ranges)
+        task = PlanTask(segment, prior, info.parsed, info.lzma,
+                        (program_text(family.program), family.bytes_per_byte) if follows else None)
+        entry[1] = executor.submit(run_plan, task)
+
+    def parsed(entry: list) -> tuple:
+        if entry[2] is None:
+            text, stats, estimate, most = entry[1].result()
+            entry[2] = (Plan(parse_program(text) if text else None, stats, estimate, most), None, text)
+        return entry[2]
+
+    def lead(entry: list, result: Plan | None) -> None:
+        """The leader's plan published (None: it failed), its followers sent."""
+        _, info, family, _ = entry[0]
+        del leaders[id(family)]
+        publish(family, result, info)
+        for follower in held.pop(id(family), ()):
+            send(follower)
+
+    def release() -> None:
+        """Every leader whose plan is back and good leads now, in archive order
+        (a failed one leads when finish reaches it, and raises there)."""
+        for entry in [e for e in leaders.values() if e[1].done() and e[1].exception() is None]:
+            lead(entry, parsed(entry)[0])
 
     def finish():
-        item, job = pending.popleft()
+        nonlocal sent
+        entry = pending.popleft()
+        item, job = entry[0], entry[1]
         _, info, family, leader = item
+        if job is HELD:  # a follower, whose leader came before it and has led by now
+            send(entry)
+            job = entry[1]
         if not isinstance(job, Future):
             return item, job
+        sent -= 1
         result = None
         try:
-            text, stats, estimate, most = job.result()
-            result = Plan(parse_program(text) if text else None, stats, estimate, most)
-            return item, (result, None, text)
+            while not job.done():
+                wait([job, *(e[1] for e in leaders.values())], return_when=FIRST_COMPLETED)
+                release()
+            result = parsed(entry)
+            return item, result
         finally:
-            if leader and family is not None:
-                publish(family, result, info)
+            if leader and family is not None and id(family) in leaders:
+                lead(entry, result[0] if result else None)
 
     try:
         for item in items:
             ps, info, family, leader = item
-            while family is not None and not leader and not family.ready.is_set() and pending:
-                yield finish()  # up to its leader, which came before
+            entry = [item, HELD, None]
             if info is None or info.reference is not None:
-                job = plan(item)
+                while family is not None and not leader and not family.ready.is_set() and pending:
+                    yield finish()  # up to its leader, which came before: planned here, it waits for it
+                entry[1] = plan(item)
+            elif family is not None and not leader and not family.ready.is_set():
+                held.setdefault(id(family), []).append(entry)
             else:
-                seg, f = ps.segment, ps.file.scanned
-                follows = (family is not None and not leader and family.program is not None)
-                segment = SegmentTask(ps.file.path, seg.start, seg.length, seg.name, ps.type_name, seg.shape,
-                                      seg.records, info.chunks, planner.effort.level, f.identity(), seg.ranges)
-                task = PlanTask(segment, prior, info.parsed, info.lzma,
-                                (program_text(family.program), family.bytes_per_byte) if follows else None)
-                job = executor.submit(run_plan, task)
-            pending.append((item, job))
-            if len(pending) >= ahead:
+                send(entry)
+                if leader and family is not None:
+                    leaders[id(family)] = entry
+            pending.append(entry)
+            release()
+            # Followers held count against a larger window: they cost the workers nothing yet.
+            if sent >= ahead or len(pending) >= 8 * ahead:
                 yield finish()
         while pending:
             yield finish()
     finally:
-        for _, job in pending:
-            if isinstance(job, Future):
-                job.cancel()
+        for entry in pending:
+            if isinstance(entry[1], Future):
+                entry[1].cancel()
 
 
 def _placed(pairs, first_copy: dict, chunk_bytes: int) -> Iterator[PlannedSegment]:

@@ -12,6 +12,7 @@ refused. And compress() returns the archive's path as given.
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -110,6 +111,48 @@ def test_segments_planned_elsewhere_get_the_plans_made_here(tmp_path):
         assert plans(ex) == here
     kinds = [stats.get("search") for _, _, stats, _, _ in here]
     assert {SearchKind.FAMILY, SearchKind.LEARNED, SearchKind.SEARCH} <= set(kinds), kinds
+
+
+def test_a_follower_waiting_for_its_leader_holds_back_no_later_segment(tmp_path):
+    """Planned elsewhere, a family's follower waits for its leader's plan,
+    but the segments after it are sent meanwhile: here the leader's job
+    runs only once a segment after all of its followers has been sent (it
+    would wait out the timeout were they held back), and the plans are
+    still the ones made here."""
+    rng = np.random.default_rng(5)
+    tensors = {f"layer{i}.mlp.weight": ("F16", (64, 256), (rng.standard_normal(64 * 256) * 0.02)
+                                        .astype(np.float16).tobytes()) for i in range(4)}
+    tensors["zeta.weight"] = ("F32", (300, 40), (rng.standard_normal(12000) * 0.1).astype(np.float32).tobytes())
+    write_safetensors(tmp_path / "m.safetensors", tensors)
+    source = Source("m.safetensors", tmp_path / "m.safetensors")
+    last_sent = threading.Event()
+    waited_out = []
+
+    class Gated(ThreadPoolExecutor):
+        def submit(self, fn, task):
+            if task.segment.name == "zeta.weight":
+                last_sent.set()
+            if task.segment.name != "layer0.mlp.weight":
+                return super().submit(fn, task)
+
+            def leader(task):
+                waited_out.append(not last_sent.wait(10))
+                return fn(task)
+            return super().submit(leader, task)
+
+    def plans(executor):
+        files = lay_out([scan(source)], CHUNK)
+        out = [(ps.segment.name, ps.program_json, ps.plan.stats.get("search"))
+               for ps in plan_segments(files, Planner(2), Pool(1), CHUNK, None, executor, 8)]
+        for f in files:
+            f.scanned.close()
+        return out
+
+    here = plans(None)
+    with Gated(2) as ex:
+        assert plans(ex) == here
+    assert waited_out == [False]
+    assert [s for name, _, s in here if name.startswith("layer")] == [SearchKind.SEARCH] + [SearchKind.FAMILY] * 3
 
 
 def test_the_skeleton_holds_every_file_segment_and_chunk_before_planning(tree):
