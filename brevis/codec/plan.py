@@ -43,7 +43,8 @@ from ..synth.planner import LZMA_CHUNK_BYTES, LZMA_MARGIN, TINY, Plan, Planner, 
 from ..synth.prior import Prior
 from ..synth.search import SearchResult
 from ..workers.pool import Pool, chunk_counts, ordered_map, ordered_pairs
-from ..workers.tasks import ChunkTask, PlanTask, SegmentTask, SpanTask, parse_program, run_learn, run_plan, run_span
+from ..workers.tasks import (ChunkTask, PlanTask, ProbeTask, SegmentTask, SpanTask, parse_program, run_learn, run_plan,
+                             run_probe, run_span)
 
 
 @dataclass(eq=False)
@@ -160,6 +161,8 @@ def discover(scanned: list[ScannedFile], lzma_margin: float = LZMA_MARGIN, threa
     changed = {k: m[0] for k, m in zip(unparsed, measured)}  # span -> where its statistics change
     whole = {k: m[1] for k, m in zip(unparsed, measured)}  # span -> whether LZMA codes it whole better
     held = {k: m[2] for k, m in zip(unparsed, measured)}  # span -> whether it holds quantized blocks
+    if executor is not None:  # the other spans' samples, each a job (a sample takes about 30 ms)
+        held.update(_probed_elsewhere(scanned, spans, [k for k in range(len(spans)) if k not in held], executor))
     found = [copies for copies in repeats.regions(spans) if not _within_reach(copies, whole)]
     replaced = repeats.cut(spans, found)
     numbers: dict[tuple[int, int], int] = {}  # (region, piece of it) -> the piece's region
@@ -190,6 +193,24 @@ def discover(scanned: list[ScannedFile], lzma_margin: float = LZMA_MARGIN, threa
         small = [s for s in segments if gatherable(s) and s.length > TINY]
         labels = {id(s): k for s, k in zip(small, discovery.kinds(small, _read_once(f)))}
         f.segments = gather(segments, lambda s: labels.get(id(s), -1))  # -1: the short ones, together
+
+
+def _probed_elsewhere(scanned: list[ScannedFile], spans: list, ks: list[int], executor: Executor) -> dict[int, bool]:
+    """discovery.holds_blocks of spans[k] for each k, its samples read
+    and measured by `executor`'s workers at once: span -> whether any of
+    them reads as blocks (the same answer as holds_blocks here)."""
+    jobs = {}
+    for k in ks:
+        f = scanned[spans[k].file]
+        path, identity = str(f.source.path), f.identity()
+        jobs[k] = [executor.submit(run_probe, ProbeTask(path, identity, offset, n, start))
+                   for offset, n, start in discovery.block_probes(spans[k].segment)]
+    try:
+        return {k: any([job.result() for job in probes]) for k, probes in jobs.items()}
+    finally:
+        for probes in jobs.values():
+            for job in probes:
+                job.cancel()
 
 
 def span_trials(span: Segment, read, lzma_margin: float, threads: int = 1) -> tuple[list[Segment], bool, bool]:

@@ -200,6 +200,27 @@ def run_span(task: SpanTask) -> tuple[list, bool, bool]:
 
 
 @dataclass(frozen=True)
+class ProbeTask:
+    """One of discovery.holds_blocks' samples of a long byte span, for a
+    worker (plan.discover): `length` bytes at `offset`, lanes counted from
+    `start`."""
+
+    path: str
+    identity: tuple[int, int, int, int] | None  # as in ChunkTask
+    offset: int
+    length: int
+    start: int
+
+
+def run_probe(task: ProbeTask) -> bool:
+    """Whether the sample reads as blocks of a known layout (in any process)."""
+    from ..formats.discovery import probe_reads_as_blocks
+
+    data = _read(task.path, task.offset, task.length, task.path, task.identity)
+    return probe_reads_as_blocks(np.frombuffer(data, np.uint8), task.start)
+
+
+@dataclass(frozen=True)
 class PlanTask:
     """A segment to plan (sample, search or shortcut) in a worker, with the
     prior learned for the checkpoint and, for a segment of a family, the

@@ -200,6 +200,35 @@ def test_quantized_blocks_without_a_parser(tmp_path, monkeypatch):
     assert found.stat().st_size <= typed.stat().st_size * 1.01
 
 
+def test_samples_measured_by_workers_answer_as_holds_blocks(tmp_path, monkeypatch):
+    """A parsed file's long byte spans are probed for quantized blocks by
+    the workers, a job a sample (plan._probed_elsewhere): the answers are
+    holds_blocks', and the archive is the one made on one thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from brevis.codec import plan
+    from brevis.formats import repeats
+    from brevis.fs.sources import Source
+
+    blocks, floats = q4_1_blocks(20_000), (RNG.standard_normal(100_000) * 0.02).astype(np.float32).tobytes()
+    for name, data, holds in (("q.bin", b"HDR" + blocks, True), ("f.bin", floats, False)):
+        (tmp_path / name).write_bytes(data)
+        f = plan.scan(Source(name, tmp_path / name))
+        spans = [repeats.Span(0, seg, read_of(data)) for seg in f.segments if repeats.searchable(seg)]
+        assert discovery.holds_blocks(spans[0].segment, read_of(data)) is holds
+        with ThreadPoolExecutor(2) as ex:
+            assert plan._probed_elsewhere([f], spans, list(range(len(spans))), ex) == {0: holds}
+
+    data = b"HDR" + blocks + bytes(9) + floats  # one long span of a format a parser knows (made up here)
+    (tmp_path / "m.bin").write_bytes(data)
+    monkeypatch.setattr(plan, "layout", lambda f, size, name: ("made-up", [Segment(0, 3), Segment(3, len(data) - 3)]))
+    one, two = tmp_path / "one.brv", tmp_path / "two.brv"
+    brevis.compress([tmp_path / "m.bin"], one, threads=1)
+    brevis.compress([tmp_path / "m.bin"], two, threads=2, processes=True)
+    assert one.read_bytes() == two.read_bytes()
+    assert brevis.verify(two, sources=[tmp_path / "m.bin"])["ok"]
+
+
 def test_pieces_cut_for_their_statistics_stay_apart(tmp_path):
     """A small file no parser knows: a text header, then F32 weights and
     int8 quants of 12-24 KB, by turns. Discovery cuts them apart (finer
