@@ -362,8 +362,8 @@ def holds_blocks(seg: Segment, read, probes: int = 4) -> bool:
     blocks of a known layout (block_layout): where none does, its pieces
     are not searched one by one (on a 235 MB file of BF16 that search took
     a fifth of the compression's time)."""
-    return any(probe_reads_as_blocks(x, start) for x, start in
-               ((np.frombuffer(read(offset, n), np.uint8), start) for offset, n, start in block_probes(seg, probes)))
+    return any(probe_reads_as_blocks(np.frombuffer(read(offset, n), np.uint8), start)
+               for offset, n, start in block_probes(seg, probes))
 
 
 def block_probes(seg: Segment, probes: int = 4) -> list[tuple[int, int, int]]:

@@ -81,6 +81,17 @@ def planned(sources: list[Source]):
     return scanned, files, list(plan_segments(files, Planner(1), Pool(1), CHUNK, None))
 
 
+def segment_plans(sources: list[Source], planner, executor, ahead: int) -> list[tuple]:
+    """Each segment's name, program, stats, estimate and chunk size, as
+    plan_segments plans them with a fresh planner() (here where executor is None)."""
+    files = lay_out([scan(s) for s in sources], CHUNK)
+    out = [(ps.segment.name, ps.program_json, ps.plan.stats, ps.plan.estimate, ps.plan.chunk_bytes)
+           for ps in plan_segments(files, planner(), Pool(1), CHUNK, None, executor, ahead)]
+    for f in files:
+        f.scanned.close()
+    return out
+
+
 def test_segments_planned_elsewhere_get_the_plans_made_here(tmp_path):
     """plan_segments with an executor (worker processes in compress; threads
     here) runs each segment's planning in a task that carries the prior as
@@ -98,17 +109,9 @@ def test_segments_planned_elsewhere_get_the_plans_made_here(tmp_path):
     scanned = [scan(s) for s in sources]
     encoder._learn(learner, scanned, Pool(1), CHUNK)
 
-    def plans(executor):
-        files = lay_out([scan(s) for s in sources], CHUNK)
-        out = [(ps.segment.name, ps.program_json, ps.plan.stats, ps.plan.estimate, ps.plan.chunk_bytes)
-               for ps in plan_segments(files, Planner(2, learner.prior), Pool(1), CHUNK, None, executor, 3)]
-        for f in files:
-            f.scanned.close()
-        return out
-
-    here = plans(None)
+    here = segment_plans(sources, lambda: Planner(2, learner.prior), None, 3)
     with ThreadPoolExecutor(2) as ex:
-        assert plans(ex) == here
+        assert segment_plans(sources, lambda: Planner(2, learner.prior), ex, 3) == here
     kinds = [stats.get("search") for _, _, stats, _, _ in here]
     assert {SearchKind.FAMILY, SearchKind.LEARNED, SearchKind.SEARCH} <= set(kinds), kinds
 
@@ -140,19 +143,12 @@ def test_a_follower_waiting_for_its_leader_holds_back_no_later_segment(tmp_path)
                 return fn(task)
             return super().submit(leader, task)
 
-    def plans(executor):
-        files = lay_out([scan(source)], CHUNK)
-        out = [(ps.segment.name, ps.program_json, ps.plan.stats.get("search"))
-               for ps in plan_segments(files, Planner(2), Pool(1), CHUNK, None, executor, 8)]
-        for f in files:
-            f.scanned.close()
-        return out
-
-    here = plans(None)
+    here = segment_plans([source], lambda: Planner(2), None, 8)
     with Gated(2) as ex:
-        assert plans(ex) == here
+        assert segment_plans([source], lambda: Planner(2), ex, 8) == here
     assert waited_out == [False]
-    assert [s for name, _, s in here if name.startswith("layer")] == [SearchKind.SEARCH] + [SearchKind.FAMILY] * 3
+    kinds = [stats.get("search") for name, _, stats, _, _ in here if name.startswith("layer")]
+    assert kinds == [SearchKind.SEARCH] + [SearchKind.FAMILY] * 3
 
 
 def test_the_skeleton_holds_every_file_segment_and_chunk_before_planning(tree):
