@@ -176,24 +176,22 @@ def measured_cores(items: list[str], jobs: list[int], repeat: int, tmp: Path) ->
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for item in items:
         archive, out = tmp / f"{item}.brv", tmp / f"{item}.out"
-        commands = {
-            "compress": lambda j: ["compress", str(CORPUS / item), "-o", str(archive), "-f", "-j", str(j)],
-            "decompress": lambda j: ["decompress", str(archive), "-o", str(out), "-f", "-j", str(j)],
+        commands = {  # compress writes `archive` (brevis_run's), with its digest
+            "compress": lambda j: brevis_run(item, j, "auto", tmp),
+            "decompress": lambda j: launch(["decompress", str(archive), "-o", str(out), "-f", "-j", str(j)], "auto"),
         }
         digests = set()
-        for name, args in commands.items():
+        for name, run in commands.items():
             best: dict[int, dict] = {}
             for _ in range(repeat):
                 for j in jobs:
-                    s = launch(args(j), "auto")
-                    if name == "compress":
-                        digests.add(subprocess.run(["sha256sum", str(archive)], capture_output=True,
-                                                   text=True).stdout.split()[0])
+                    s = run(j)
+                    if "sha256" in s:
+                        digests.add(s["sha256"])
                     if j not in best or s["seconds"] < best[j]["seconds"]:
                         best[j] = s
             assert len(digests) == 1, f"{item}: the archives of {jobs} differ"
-            zstd = {j: max((zstd_run if name == "compress" else zstd_decode_run)(item, j) for _ in range(repeat))
-                    for j in jobs}
+            zstd = {j: max(zstd_run(item, j, decode=name == "decompress") for _ in range(repeat)) for j in jobs}
             first = best[jobs[0]]
             for j in jobs:
                 s = best[j]
@@ -222,8 +220,7 @@ def concurrent_runs(items: list[str], counts: list[int], repeat: int, tmp: Path)
           "speed-up | mean CPU s each | mean system CPU s each |")
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for item in items:
-        archive = tmp / f"{item}.brv"
-        launch(["compress", str(CORPUS / item), "-o", str(archive), "-f", "-j", "1"], "auto")
+        archive = Path(brevis_run(item, 1, "auto", tmp)["archive"])
         commands = {
             "compress": lambda k: ["compress", str(CORPUS / item), "-o", str(tmp / f"{item}.{k}.brv"), "-f", "-j", "1"],
             "decompress": lambda k: ["decompress", str(archive), "-o", str(tmp / f"{item}.{k}.out"), "-f", "-j", "1"],
@@ -252,32 +249,23 @@ def concurrent_runs(items: list[str], counts: list[int], repeat: int, tmp: Path)
         archive.unlink(missing_ok=True)
 
 
-def zstd_decode_run(item: str, threads: int) -> float:
-    """zstd -3's decoding of the item's files in memory, MB/s of original
-    bytes (one thread: python-zstandard decodes a frame on one)."""
-    import zstandard
-
-    total, seconds = 0, 0.0
-    for p in files_of(item):
-        data = p.read_bytes()
-        frame = zstandard.ZstdCompressor(level=3, threads=threads).compress(data)
-        d = zstandard.ZstdDecompressor()
-        t = time.perf_counter()
-        d.decompress(frame, max_output_size=len(data))
-        seconds += time.perf_counter() - t
-        total += len(data)
-    return total / seconds / 1e6
-
-
-def zstd_run(item: str, threads: int) -> float:
+def zstd_run(item: str, threads: int, decode: bool = False) -> float:
+    """zstd -3 on the item's files in memory, MB/s of original bytes: compressing
+    with `threads` threads, or (`decode`) decoding the frames that makes
+    (python-zstandard decodes a frame on one thread)."""
     import zstandard
 
     total, seconds = 0, 0.0
     for p in files_of(item):
         data = p.read_bytes()
         c = zstandard.ZstdCompressor(level=3, threads=threads)
-        t = time.perf_counter()
-        c.compress(data)
+        if decode:
+            frame, d = c.compress(data), zstandard.ZstdDecompressor()
+            t = time.perf_counter()
+            d.decompress(frame, max_output_size=len(data))
+        else:
+            t = time.perf_counter()
+            c.compress(data)
         seconds += time.perf_counter() - t
         total += len(data)
     return total / seconds / 1e6
