@@ -663,3 +663,20 @@ def test_a_batch_copies_raw_streams_among_coded_ones(monkeypatch):
     assert got[0] == 1 and got[2] == 0 and "raw" in got[1]
     with pytest.raises(ValueError, match="raw"):
         run([calls[0], (raw, len(raw), 0, 8), calls[2]], [(-1, None)] * 3)
+
+
+def test_a_sample_estimates_its_chunk_as_the_chunk_codes():
+    """chunk_estimate of a 16th of a chunk, scaled up, comes closer to what
+    coding the chunk gives than estimate's: the trie a chunk of 256 keys
+    pays for is finer than a sample's. At a factor of 1 it is estimate."""
+    rng = np.random.default_rng(3)
+    for spread in (6, 12, 25):
+        chunk = np.clip(np.round(rng.laplace(128, spread, 1 << 16)), 0, 255).astype(np.uint8)
+        sample, factor = chunk[:4096], 16
+        actual = len(Ans().encode(chunk, Field(8)))
+        length, model = Ans().estimate(sample, Field(8))
+        plain = (length - model) * factor + model
+        length, model = Ans().chunk_estimate(sample, Field(8), factor)
+        chunked = (length - model) * factor + model
+        assert abs(chunked - actual) < abs(plain - actual), (spread, actual, plain, chunked)
+        assert Ans().chunk_estimate(sample, Field(8), 1) == Ans().estimate(sample, Field(8))

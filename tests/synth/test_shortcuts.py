@@ -126,3 +126,31 @@ def test_blocks_take_no_program_learned_on_other_bytes():
                       records=((1, 2), (32, 1)), parsed=True)
     plan = Planner(2, prior).plan(seg)
     assert plan.program.node == Records(fields=[[1, 2], [32, 1]]), plan.program
+
+
+def test_a_learned_split_of_alike_parts_is_undone_where_the_whole_codes_smaller():
+    """Q4_1 blocks (two f16 words, 16 bytes of nibbles) whose learned program
+    codes each byte's two nibbles apart: where the two are not independent
+    (here equal), one `ans` of the whole byte codes smaller, in one stream,
+    and the plan takes it; the other fields keep the learned leaves."""
+    from brevis.dsl import Ans, BitFields, Program, Records
+    from brevis.dsl.types import BYTES
+    from brevis.synth.planner import Planner, SegmentInfo
+    from brevis.synth.prior import Prior
+
+    n = 8192
+    words = (RNG.random((n, 2)) * 0.01 + 0.001).astype(np.float16)
+    nibbles = RNG.integers(0, 16, (n, 16), dtype=np.uint8)
+    blocks = np.concatenate([words.view(np.uint8), nibbles << 4 | nibbles], axis=1)
+    data = blocks.tobytes()
+    ans = Program.leaf(Ans())
+    split = Program.op(BitFields(groups=[[[4, 4]], [[0, 4]]]), ans, ans)
+    learned = Program.op(Records(fields=[[1, 2], [1, 2], [16, 1]]), ans, ans, split)
+    prior = Prior(samples=1)
+    prior.observe(learned, BYTES, "attention")
+    prior.remember(learned, BYTES, "attention", 2.0)  # a lax bar: the library takes it
+    seg = SegmentInfo("blk.0.attn_q.weight", BYTES, None, len(data), 1, lambda o, m: data[o:o + m],
+                      records=((1, 2), (1, 2), (16, 1)), parsed=True)
+    plan = Planner(2, prior).plan(seg)
+    assert plan.stats["search"] == "learned", plan.stats
+    assert plan.program == Program.op(Records(fields=[[1, 2], [1, 2], [16, 1]]), ans, ans, ans), plan.program
