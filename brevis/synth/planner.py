@@ -758,6 +758,7 @@ def _estimate(program: Program, root: Value, seg: SegmentInfo, scale: float, chu
 
 
 def _chunk_leaf(coder, x: np.ndarray, t: Field, factor: float) -> tuple[int, int]:
+    """leaf_estimate, an `ans` leaf's as a chunk `factor` times the value codes it."""
     return coder.chunk_estimate(x, t, factor) if isinstance(coder, Ans) else leaf_estimate(coder, x, t)
 
 
