@@ -370,11 +370,18 @@ class Ans(Coder):
             parts += [_varint([len(block)]), block]
         return b"".join(parts)
 
-    def estimate(self, x, t):
+    def estimate(self, x, t, factor: float = 1.0):
         """The one-model size from the trie's own cost (entropy of the bins,
         offsets, model), without coding: the search asks this of thousands
         of sample values. A value long enough to take a model per block
-        (rarely a sample slice) is coded instead."""
+        (rarely a sample slice) is coded instead.
+        `factor` > 1: x is a sample standing for `factor` times as many
+        values coded together (a chunk); the trie is chosen as the chunk's
+        would be (a bin's model bits spread over the chunk's values, not the
+        sample's: on a sample a large alphabet is binned coarsely, its
+        offsets dear), and the sample's plug-in entropy is raised by its
+        small-sample bias, (bins - 1) / (2 ln 2) bits less the chunk's.
+        (length, model) for the sample either way."""
         self.accepts(t)
         if not len(x) or _rans is None:
             return super().estimate(x, t)
@@ -382,37 +389,21 @@ class Ans(Coder):
         n, x = len(x), np.ascontiguousarray(x, dtype=f"<u{_width(t)}")
         if choose_block(x, t):  # a model per block: measured by coding it (a sample slice is rarely this long)
             return super().estimate(x, t)
-        codes, _, levels, bits, _ = _rans.trie_values(x, _width(t), shift, t.bits - shift, BIN_COST, NODE_COST)
-        states = 4 * lanes_for(n, 0)
-        model = (BIN_COST * len(levels) + NODE_COST * (len(codes) - len(levels))) / 8 + states + 4
-        # The trie's cost counts offsets above the key; the shifted-out bits are raw.
-        total = (bits + n * np.log2(n)) / 8 + n * shift / 8 + states + 4
-        return int(total), int(model)
-
-    def chunk_estimate(self, x, t, factor: float):
-        """estimate() of a sample standing for `factor` times as many values
-        coded together (a chunk): the trie chosen as the chunk's would be
-        (a bin's model bits spread over the chunk's values, not the
-        sample's: on a sample a large alphabet is binned coarsely, its
-        offsets dear), and the sample's plug-in entropy raised by its
-        small-sample bias, (bins - 1) / (2 ln 2) bits less the chunk's.
-        (length, model) as estimate() gives them, for the sample."""
-        self.accepts(t)
-        n = len(x)
-        if factor <= 1 or not n or _rans is None:
-            return self.estimate(x, t)
-        shift = max(0, t.bits - KEY_BITS)
-        x = np.ascontiguousarray(x, dtype=f"<u{_width(t)}")
-        if choose_block(x, t):
-            return self.estimate(x, t)
+        factor = max(1.0, factor)
         codes, _, levels, bits, _ = _rans.trie_values(x, _width(t), shift, t.bits - shift,
                                                        BIN_COST / factor, NODE_COST / factor)
         bins, nodes = len(levels), len(codes) - len(levels)
         states = 4 * lanes_for(int(n * factor), 0)
         model_bits = BIN_COST * bins + NODE_COST * nodes
-        data_bits = bits + n * np.log2(n) - model_bits / factor + (bins - 1) / (2 * np.log(2)) * (1 - 1 / factor)
         model = model_bits / 8 + states + 4
-        return int(data_bits / 8 + n * shift / 8 + model), int(model)
+        # The trie's cost counts offsets above the key (and its model bits);
+        # the shifted-out bits are raw.
+        if factor == 1.0:
+            total = (bits + n * np.log2(n)) / 8 + n * shift / 8 + states + 4
+        else:
+            data = bits + n * np.log2(n) - model_bits / factor + (bins - 1) / (2 * np.log(2)) * (1 - 1 / factor)
+            total = data / 8 + n * shift / 8 + model
+        return int(total), int(model)
 
     def fixed_bytes(self, stream: bytes) -> int:
         """The model of a one-block stream (precision, trie, frequencies,

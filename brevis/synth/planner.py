@@ -739,7 +739,7 @@ def _estimate(program: Program, root: Value, seg: SegmentInfo, scale: float, chu
     """A program's estimated bytes for the segment: its sample's streams
     scaled up, plus index entries; None where it does not apply. `chunked`:
     each `ans` leaf estimated as the segment's chunks will code it
-    (Ans.chunk_estimate), not as a sample as long as the slice would be."""
+    (Ans.estimate's `factor`), not as a sample as long as the slice would be."""
     try:
         program.check(seg.t)
         refs = root.reference or [None] * len(root.slices)
@@ -759,7 +759,7 @@ def _estimate(program: Program, root: Value, seg: SegmentInfo, scale: float, chu
 
 def _chunk_leaf(coder, x: np.ndarray, t: Field, factor: float) -> tuple[int, int]:
     """leaf_estimate, an `ans` leaf's as a chunk `factor` times the value codes it."""
-    return coder.chunk_estimate(x, t, factor) if isinstance(coder, Ans) else leaf_estimate(coder, x, t)
+    return coder.estimate(x, t, factor) if isinstance(coder, Ans) else leaf_estimate(coder, x, t)
 
 
 def _relative(program: Program, root: Value, seg: SegmentInfo, scale: float) -> float | None:

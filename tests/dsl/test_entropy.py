@@ -666,9 +666,10 @@ def test_a_batch_copies_raw_streams_among_coded_ones(monkeypatch):
 
 
 def test_a_sample_estimates_its_chunk_as_the_chunk_codes():
-    """chunk_estimate of a 16th of a chunk, scaled up, comes closer to what
-    coding the chunk gives than estimate's: the trie a chunk of 256 keys
-    pays for is finer than a sample's. At a factor of 1 it is estimate."""
+    """estimate of a 16th of a chunk with factor 16, scaled up, comes closer
+    to what coding the chunk gives than the sample's own estimate: the trie
+    a chunk of 256 keys pays for is finer than a sample's. A factor of 1
+    is the sample's own estimate."""
     rng = np.random.default_rng(3)
     for spread in (6, 12, 25):
         chunk = np.clip(np.round(rng.laplace(128, spread, 1 << 16)), 0, 255).astype(np.uint8)
@@ -676,7 +677,7 @@ def test_a_sample_estimates_its_chunk_as_the_chunk_codes():
         actual = len(Ans().encode(chunk, Field(8)))
         length, model = Ans().estimate(sample, Field(8))
         plain = (length - model) * factor + model
-        length, model = Ans().chunk_estimate(sample, Field(8), factor)
+        length, model = Ans().estimate(sample, Field(8), factor)
         chunked = (length - model) * factor + model
         assert abs(chunked - actual) < abs(plain - actual), (spread, actual, plain, chunked)
-        assert Ans().chunk_estimate(sample, Field(8), 1) == Ans().estimate(sample, Field(8))
+        assert Ans().estimate(sample, Field(8), 1) == Ans().estimate(sample, Field(8))
