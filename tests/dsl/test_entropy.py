@@ -84,7 +84,9 @@ def test_c_and_python_agree_on_a_block_of_many_values(bits, monkeypatch):
 @pytest.mark.parametrize("lanes", [entropy.LANES, entropy.WIDE_LANES])
 @pytest.mark.parametrize("bits", [1, 5, 8, 12, 16, 17, 24, 32])
 def test_both_c_encoding_kernels_write_the_same_block(bits, lanes):
-    """With BMI2 (where the CPU has it) and without: the same loops, the same bytes."""
+    """With BMI2 and, on wide blocks, AVX2 (where the CPU has them) and
+    without: the same steps, the same bytes (blocks of one bin, the only
+    ones whose state bound is 2^32, always without AVX2)."""
     for kind in ("uniform", "bell", "constant", "skewed"):
         for n in (1, 7, 1000, 70_000):
             x = values(kind, n, bits, seed=n)
