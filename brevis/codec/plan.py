@@ -221,19 +221,9 @@ def span_trials(span: Segment, read, lzma_margin: float, threads: int = 1) -> tu
     not, whether the span holds quantized blocks (discovery.holds_blocks)."""
     changed = discovery.changes(span, read)
     at = span.offset
-    trial = functools.partial(lzma_wins, lambda off, n: read(at + off, n), [(p.offset - at, p.length) for p in changed],
-                              lzma_margin, threads)
-    if threads < 2:
-        better = trial()
-        return changed, better, not better and discovery.holds_blocks(span, read)
-    # Its blocks are probed (numpy, mostly holding the GIL) while LZMA's
-    # trials code (without it) on the other threads, where one is idle for
-    # part of them; wasted where LZMA wins. The startup benchmark's 2.7 MB
-    # that no parser knows: 0.865 -> 0.825 s (medians of eight, interleaved).
-    with ThreadPoolExecutor(1, thread_name_prefix="brevis-discovery") as pool:
-        blocks = pool.submit(discovery.holds_blocks, span, read)
-        better = trial()
-        return changed, better, not better and blocks.result()
+    better = lzma_wins(lambda off, n: read(at + off, n), [(p.offset - at, p.length) for p in changed],
+                       lzma_margin, threads)
+    return changed, better, not better and discovery.holds_blocks(span, read)
 
 
 def gather_small_tensors(scanned: list[ScannedFile], base: Base | None = None) -> None:
