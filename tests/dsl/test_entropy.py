@@ -257,11 +257,16 @@ def test_threads_code_as_one_thread_does():
 
 # ---------------------------------------------------------------- wide blocks
 
+# decode_stream's simd: 1 every kernel the CPU runs (AVX-512 builds where it
+# has them), 2 their AVX2 builds, 0 none (the plain loops)
+SIMD_LEVELS = (1, 2, 0)
+
 def decoders(stream: bytes, n: int, t: Field, monkeypatch) -> list:
-    """The values from every decoder of a stream: C with its AVX2 kernel
-    (where the CPU has it), C without it, Python; None where one refuses."""
+    """The values from every decoder of a stream: C with its SIMD kernels
+    (AVX-512 builds where the CPU has them), with their AVX2 builds, without
+    them, and Python; None where one refuses."""
     c_rans, results = entropy._rans, []
-    for simd in (True, False):
+    for simd in SIMD_LEVELS:
         out = np.empty(n, dtype=f"<u{entropy._width(t)}")
         try:
             c_rans.decode_stream(stream, n, entropy._width(t), t.bits, out, simd)
@@ -319,11 +324,11 @@ def test_damaged_wide_streams_fail_alike_in_every_decoder(bits, monkeypatch):
     for _ in range(40):
         damaged = bytearray(stream)
         damaged[rng.integers(len(damaged))] ^= 1 << rng.integers(8)
-        simd, scalar, py = decoders(bytes(damaged), len(x), t, monkeypatch)
-        assert (simd is None) == (scalar is None) == (py is None)
-        assert simd is None or (np.array_equal(simd, scalar) and np.array_equal(simd, py))
+        simd, avx2, scalar, py = decoders(bytes(damaged), len(x), t, monkeypatch)
+        assert (simd is None) == (avx2 is None) == (scalar is None) == (py is None)
+        assert simd is None or all(np.array_equal(simd, other) for other in (avx2, scalar, py))
     for cut in list(rng.integers(1, len(stream), 10)) + [1, 2, 140]:
-        assert decoders(stream[:cut], len(x), t, monkeypatch) == [None, None, None]
+        assert decoders(stream[:cut], len(x), t, monkeypatch) == [None] * 4
     # A block whose rANS part (four states, each 2**16) is shorter than its 32 states.
     block = bytes([8, 0b01, 0xFF, 0x01, 16]) + (1 << 16).to_bytes(4, "little") * 4 + bytes(2)  # + 16 offset bits
     for module in (entropy._rans, None):
@@ -350,7 +355,7 @@ def test_kernels_read_nothing_past_a_damaged_stream(bits, wide, monkeypatch):
         data[rng.integers(len(data))] ^= 1 << rng.integers(8)
         data = bytes(data[: rng.integers(1, len(data) + 1)] if trial % 2 else data)
         with before_unreadable_page(data) as view:
-            for simd in (True, False):
+            for simd in SIMD_LEVELS:
                 out = np.empty(len(x), dtype=t.container)
                 try:
                     entropy._rans.decode_stream(view, len(x), entropy._width(t), bits, out, simd)
@@ -380,9 +385,10 @@ def python_decoded(data: bytes, n: int, t: Field, monkeypatch):
 
 
 def c_decodes_alike(view, n: int, t: Field, want, out: np.ndarray):
-    """decode_stream of view into out, with and without BMI2, refuses it
-    where `want` is None, else gives want; returns the last result."""
-    for simd in (True, False):
+    """decode_stream of view into out, at every SIMD level (SIMD_LEVELS),
+    refuses it where `want` is None, else gives want; returns the last
+    result."""
+    for simd in SIMD_LEVELS:
         try:
             entropy._rans.decode_stream(view, n, entropy._width(t), t.bits, out, simd)
             got = out
@@ -594,7 +600,7 @@ def test_every_kernel_stores_into_places_of_any_alignment(bits, shift, monkeypat
         assert entropy._rans.decode_streams([(s, n, w, b, o) for (s, n, w, b, _), o in zip(few, outs)]) is None
         assert all(o.tobytes() == x.tobytes() for (*_, x), o in zip(few, outs))
     s, n, w, b, x = items[3]
-    for simd in (True, False):
+    for simd in SIMD_LEVELS:
         out = unaligned(n * w, shift)
         entropy._rans.decode_stream(s, n, w, b, out, simd)
         assert out.tobytes() == x.tobytes()
@@ -602,7 +608,7 @@ def test_every_kernel_stores_into_places_of_any_alignment(bits, shift, monkeypat
     t, x = Field(bits), values("bell", 5000, bits, seed=shift)
     stream = Ans().encode(x, t)
     assert stream[0] & entropy.WIDE
-    for simd in (True, False):
+    for simd in SIMD_LEVELS:
         out = unaligned(len(x) * x.itemsize, shift)
         entropy._rans.decode_stream(stream, len(x), x.itemsize, bits, out, simd)
         assert out.tobytes() == x.tobytes()
