@@ -261,6 +261,7 @@ def test_threads_code_as_one_thread_does():
 # has them), 2 their AVX2 builds, 0 none (the plain loops)
 SIMD_LEVELS = (1, 2, 0)
 
+
 def decoders(stream: bytes, n: int, t: Field, monkeypatch) -> list:
     """The values from every decoder of a stream: C with its SIMD kernels
     (AVX-512 builds where the CPU has them), with their AVX2 builds, without
