@@ -554,11 +554,223 @@ SCATTER_DEPOSIT(deposit_16_8_16, u16u, uint8_t, u16u)
 SCATTER_DEPOSIT(deposit_64_16_64, u64u, u16u, u64u)
 #undef SCATTER_DEPOSIT
 
+/* With AVX-512, 16 words (F32) or 32 (F16, BF16) at a time: each class's
+ * next elements are loaded together and expanded into the lanes that class
+ * takes (VPEXPANDD, VPEXPANDW, VPEXPANDB; a lane's class compared as a
+ * byte), and the parts and the context are spread into their ranges by
+ * shifts and masks, one per run of the range mask. The one-element loops
+ * above keep a pointer per class in memory, loaded and stored for every
+ * element: piper's F32 chunks (five classes) 1.11 -> 0.44 ns a word.
+ * A block whose classes ask past a part, or name one past the parts, is
+ * left to the one-element loop at the end (which refuses it). */
+#define EXPAND_MOST_CLASSES 16
+#define EXPAND_MOST_RUNS 4
+#define T32 "avx512f,avx512bw,avx512vl,bmi2,popcnt"
+#define T16 "avx512f,avx512bw,avx512vl,avx512vbmi2,bmi2,popcnt"
+
+typedef struct { int count; int from[EXPAND_MOST_RUNS], to[EXPAND_MOST_RUNS]; uint32_t mask[EXPAND_MOST_RUNS]; } runs_t;
+
+/* The runs of set bits of a deposit mask of at most 32 bits, lowest first:
+ * run r takes the value's bits from from[r] (what the runs below took) to
+ * to[r]. 0, or -1 where there are more than EXPAND_MOST_RUNS. */
+static int mask_runs(uint64_t bits, runs_t *r) {
+    r->count = 0;
+    if (bits >> 32) return -1;
+    int taken = 0;
+    for (int b = 0; b < 32;) {
+        if (!(bits >> b & 1)) { b++; continue; }
+        int w = 0;
+        while (b + w < 32 && (bits >> (b + w) & 1)) w++;
+        if (r->count == EXPAND_MOST_RUNS) return -1;
+        r->from[r->count] = taken;
+        r->to[r->count] = b;
+        r->mask[r->count] = w >= 32 ? 0xFFFFFFFFu : (1u << w) - 1;
+        r->count++;
+        taken += w;
+        b += w;
+    }
+    return 0;
+}
+
+static int expand_usable(int words16) {
+    static int known[2] = {-1, -1};
+    if (known[words16] < 0) {
+        __builtin_cpu_init();
+        known[words16] = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+                         && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("bmi2")
+                         && (!words16 || __builtin_cpu_supports("avx512vbmi2")) ? 1 : 0;
+    }
+    return known[words16];
+}
+
+/* A field's runs as vectors of shifts and masks (32- or 16-bit lanes), made once a call. */
+typedef struct { __m512i from[EXPAND_MOST_RUNS], to[EXPAND_MOST_RUNS], mask[EXPAND_MOST_RUNS]; } vruns_t;
+
+__attribute__((target(T32))) static inline __attribute__((always_inline))
+void vector_runs(const runs_t *r, int lanes16, vruns_t *v) {
+    for (int j = 0; j < r->count; j++) {
+        v->from[j] = lanes16 ? _mm512_set1_epi16((short)r->from[j]) : _mm512_set1_epi32(r->from[j]);
+        v->to[j] = lanes16 ? _mm512_set1_epi16((short)r->to[j]) : _mm512_set1_epi32(r->to[j]);
+        v->mask[j] = lanes16 ? _mm512_set1_epi16((short)r->mask[j]) : _mm512_set1_epi32((int)r->mask[j]);
+    }
+}
+
+__attribute__((target(T32))) static inline __attribute__((always_inline))
+__m512i spread32(__m512i v, const vruns_t *r, int count) {
+    __m512i out = _mm512_setzero_si512();
+    for (int j = 0; j < count; j++)
+        out = _mm512_or_si512(out, _mm512_sllv_epi32(_mm512_and_si512(_mm512_srlv_epi32(v, r->from[j]), r->mask[j]), r->to[j]));
+    return out;
+}
+
+__attribute__((target(T32))) static inline __attribute__((always_inline))
+__m512i spread16(__m512i v, const vruns_t *r, int count) {
+    __m512i out = _mm512_setzero_si512();
+    for (int j = 0; j < count; j++)
+        out = _mm512_or_si512(out, _mm512_sllv_epi16(_mm512_and_si512(_mm512_srlv_epi16(v, r->from[j]), r->mask[j]), r->to[j]));
+    return out;
+}
+
+/* The one-element loop from element i on, for the blocks the vectors left:
+ * the kernel's result (as the deposit kernels'). */
+__attribute__((target("bmi2"))) static inline __attribute__((always_inline)) int expand_rest(
+        const uint8_t *cls, Py_ssize_t i, Py_ssize_t n, const uint8_t **part, const uint8_t *const *end, Py_ssize_t k,
+        int pbytes, const uint8_t *x, uint64_t rest_bits, uint64_t context_bits, void *dst, int dbytes) {
+    for (; i < n; i++) {
+        const uint8_t c = cls[i];
+        if (c >= k || part[c] == end[c]) break;
+        const uint64_t v = pbytes == 4 ? *(const u32u *)part[c] : pbytes == 2 ? *(const u16u *)part[c] : *part[c];
+        part[c] += pbytes;
+        const uint64_t w = _pdep_u64(v, rest_bits) | _pdep_u64(x[i], context_bits);
+        if (dbytes == 4) ((u32u *)dst)[i] = (uint32_t)w;
+        else ((u16u *)dst)[i] = (uint16_t)w;
+    }
+    int bad = i < n;
+    for (Py_ssize_t j = 0; j < k; j++) bad |= part[j] != end[j];
+    return bad;
+}
+
+/* F32: 16 words a block, parts of 32 bits; nr and nc runs (inlined with
+ * a float's counts, 2 and 1, as constants). */
+__attribute__((target(T32))) static inline __attribute__((always_inline)) int expand32_body(
+        const uint8_t *cls, Py_ssize_t n, const void **src, const Py_ssize_t *have, Py_ssize_t k, const uint8_t *x,
+        uint64_t rest_bits, uint64_t context_bits, uint32_t *d, const runs_t *rr, const runs_t *rc, int nr, int nc) {
+    vruns_t vr, vc;
+    vector_runs(rr, 0, &vr);
+    vector_runs(rc, 0, &vc);
+    const uint8_t *part[EXPAND_MOST_CLASSES], *end[EXPAND_MOST_CLASSES];
+    for (Py_ssize_t j = 0; j < k; j++) {
+        part[j] = src[j];
+        end[j] = part[j] + 4 * have[j];
+    }
+    Py_ssize_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m128i c = _mm_loadu_si128((const __m128i *)(cls + i));
+        __m512i acc = _mm512_setzero_si512();
+        unsigned seen = 0;
+        Py_ssize_t j = 0;
+#pragma GCC unroll 1
+        for (; j < k; j++) {
+            const __mmask16 m = _mm_cmpeq_epi8_mask(c, _mm_set1_epi8((char)j));
+            const size_t bytes = 4 * (size_t)_mm_popcnt_u32(m);
+            if (bytes > (size_t)(end[j] - part[j])) break;
+            acc = _mm512_or_si512(acc, _mm512_maskz_expandloadu_epi32(m, part[j]));  /* reads those bytes only */
+            part[j] += bytes;
+            seen |= m;
+        }
+        if (j < k || seen != 0xFFFFu) {  /* undo this block's steps */
+            while (j-- > 0) part[j] -= 4 * _mm_popcnt_u32(_mm_cmpeq_epi8_mask(c, _mm_set1_epi8((char)j)));
+            break;
+        }
+        const __m512i xv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x + i)));
+        _mm512_storeu_si512((void *)(d + i), _mm512_or_si512(spread32(acc, &vr, nr), spread32(xv, &vc, nc)));
+    }
+    return expand_rest(cls, i, n, part, end, k, 4, x, rest_bits, context_bits, d, 4);
+}
+
+/* F16 (parts of 16 bits) and BF16 (parts of 8), 32 words a block. */
+__attribute__((target(T16))) static inline __attribute__((always_inline)) int expand16_body(
+        const uint8_t *cls, Py_ssize_t n, const void **src, const Py_ssize_t *have, Py_ssize_t k, const uint8_t *x,
+        uint64_t rest_bits, uint64_t context_bits, uint16_t *d, const runs_t *rr, const runs_t *rc, int nr, int nc,
+        int pbytes) {
+    vruns_t vr, vc;
+    vector_runs(rr, 1, &vr);
+    vector_runs(rc, 1, &vc);
+    const uint8_t *part[EXPAND_MOST_CLASSES], *end[EXPAND_MOST_CLASSES];
+    for (Py_ssize_t j = 0; j < k; j++) {
+        part[j] = src[j];
+        end[j] = part[j] + pbytes * have[j];
+    }
+    Py_ssize_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m256i c = _mm256_loadu_si256((const __m256i *)(cls + i));
+        __m512i acc = _mm512_setzero_si512();
+        __m256i acc8 = _mm256_setzero_si256();
+        unsigned seen = 0;
+        Py_ssize_t j = 0;
+#pragma GCC unroll 1
+        for (; j < k; j++) {
+            const __mmask32 m = _mm256_cmpeq_epi8_mask(c, _mm256_set1_epi8((char)j));
+            const size_t bytes = pbytes * (size_t)_mm_popcnt_u32(m);
+            if (bytes > (size_t)(end[j] - part[j])) break;
+            if (pbytes == 1) acc8 = _mm256_or_si256(acc8, _mm256_maskz_expandloadu_epi8(m, part[j]));
+            else acc = _mm512_or_si512(acc, _mm512_maskz_expandloadu_epi16(m, part[j]));
+            part[j] += bytes;
+            seen |= m;
+        }
+        if (j < k || seen != 0xFFFFFFFFu) {  /* undo this block's steps */
+            while (j-- > 0) part[j] -= pbytes * _mm_popcnt_u32(_mm256_cmpeq_epi8_mask(c, _mm256_set1_epi8((char)j)));
+            break;
+        }
+        if (pbytes == 1) acc = _mm512_cvtepu8_epi16(acc8);
+        const __m512i xv = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(x + i)));
+        _mm512_storeu_si512((void *)(d + i), _mm512_or_si512(spread16(acc, &vr, nr), spread16(xv, &vc, nc)));
+    }
+    return expand_rest(cls, i, n, part, end, k, pbytes, x, rest_bits, context_bits, d, 2);
+}
+
+__attribute__((target(T32)))
+static int expand_32_8_32(const uint8_t *cls, Py_ssize_t n, const void **src, const Py_ssize_t *have, Py_ssize_t k,
+                          const void *ctx, uint64_t rest_bits, uint64_t context_bits, void *dst,
+                          const runs_t *rr, const runs_t *rc) {
+    if (rr->count == 2 && rc->count == 1)
+        return expand32_body(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, rr, rc, 2, 1);
+    return expand32_body(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, rr, rc, rr->count, rc->count);
+}
+
+__attribute__((target(T16)))
+static int expand_16_8_16(const uint8_t *cls, Py_ssize_t n, const void **src, const Py_ssize_t *have, Py_ssize_t k,
+                          const void *ctx, uint64_t rest_bits, uint64_t context_bits, void *dst,
+                          const runs_t *rr, const runs_t *rc) {
+    if (rr->count == 2 && rc->count == 1)
+        return expand16_body(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, rr, rc, 2, 1, 2);
+    return expand16_body(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, rr, rc, rr->count, rc->count, 2);
+}
+
+__attribute__((target(T16)))
+static int expand_8_8_16(const uint8_t *cls, Py_ssize_t n, const void **src, const Py_ssize_t *have, Py_ssize_t k,
+                         const void *ctx, uint64_t rest_bits, uint64_t context_bits, void *dst,
+                         const runs_t *rr, const runs_t *rc) {
+    if (rr->count == 2 && rc->count == 1)
+        return expand16_body(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, rr, rc, 2, 1, 1);
+    return expand16_body(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, rr, rc, rr->count, rc->count, 1);
+}
+
 /* The kernel for these widths: 0 or 1 as the kernel's result, -1 where
  * there is none (the caller goes element by element). */
 static int scatter_join_pdep(const uint8_t *cls, Py_ssize_t n, const void **src, const Py_ssize_t *have, Py_ssize_t k,
                              int psize, uint64_t rest_bits, const void *ctx, int xsize, uint64_t context_bits,
-                             void *dst, int dsize) {
+                             void *dst, int dsize, int simd) {
+    runs_t rr, rc;
+    if (simd && k <= EXPAND_MOST_CLASSES && xsize == 1 && mask_runs(rest_bits, &rr) == 0
+        && mask_runs(context_bits, &rc) == 0) {
+        if (psize == 4 && dsize == 4 && expand_usable(0))
+            return expand_32_8_32(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, &rr, &rc);
+        if (psize == 2 && dsize == 2 && expand_usable(1))
+            return expand_16_8_16(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, &rr, &rc);
+        if (psize == 1 && dsize == 2 && expand_usable(1))
+            return expand_8_8_16(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, &rr, &rc);
+    }
     if (psize == 4 && xsize == 1 && dsize == 4) return deposit_32_8_32(cls, n, src, have, k, ctx, rest_bits, context_bits, dst);
     if (psize == 1 && xsize == 1 && dsize == 2) return deposit_8_8_16(cls, n, src, have, k, ctx, rest_bits, context_bits, dst);
     if (psize == 2 && xsize == 1 && dsize == 2) return deposit_16_8_16(cls, n, src, have, k, ctx, rest_bits, context_bits, dst);
@@ -577,7 +789,8 @@ static int scatter_join_pdep(const uint8_t *cls, Py_ssize_t n, const void **src,
  * 8 bytes. */
 static PyObject *layout_scatter_join(PyObject *self, PyObject *args) {
     PyObject *co, *po, *rro, *xo, *cro, *dobj;
-    if (!PyArg_ParseTuple(args, "OOOOOO", &co, &po, &rro, &xo, &cro, &dobj)) return NULL;
+    int simd = 1;
+    if (!PyArg_ParseTuple(args, "OOOOOO|p", &co, &po, &rro, &xo, &cro, &dobj, &simd)) return NULL;
     PyObject *seq = PySequence_Fast(po, "parts must be a sequence");
     if (!seq) return NULL;
     Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
@@ -623,7 +836,7 @@ static PyObject *layout_scatter_join(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     /* A deposit kernel where the ranges allow one and the widths have one; else element by element. */
     if (pdep_usable() && sr->deposit && sc->deposit
-        && (bad = scatter_join_pdep(cls, n, (const void **)src, have, k, psize, sr->bits, ctx, xsize, sc->bits, dst, dsize)) >= 0) {
+        && (bad = scatter_join_pdep(cls, n, (const void **)src, have, k, psize, sr->bits, ctx, xsize, sc->bits, dst, dsize, simd)) >= 0) {
         /* done in one of the float widths' kernels */
     } else {
         Py_ssize_t i = 0;

@@ -149,18 +149,22 @@ def test_classify_counts_and_refuses_values_past_the_table():
 
 
 # scatter_join: the partition's scatter and joins at once. Ranges from the word's
-# high bits down take the BMI2 deposit kernels (in the widths floats have); the
+# high bits down take the BMI2 deposit kernels (in the widths floats have), or,
+# with AVX-512 (and VBMI2 for 16-bit words) and at most 16 classes, the expand
+# kernels (simd=True, the default; simd=False keeps to the deposit kernels); the
 # others, and other widths, the element-by-element loop.
 @pytest.mark.parametrize("rest,context,bits,rest_dtype,context_dtype", [
     ([[31, 1], [0, 23]], [[23, 8]], 32, np.uint32, np.uint8),   # F32 by exponent: deposit
     ([[15, 1], [0, 7]], [[7, 8]], 16, np.uint8, np.uint8),      # BF16: deposit
     ([[15, 1], [0, 10]], [[10, 5]], 16, np.uint16, np.uint8),   # F16: deposit
+    ([[27, 5], [12, 11], [0, 8]], [[23, 4], [8, 4]], 32, np.uint32, np.uint8),  # not a float's runs
     ([[0, 23], [31, 1]], [[23, 8]], 32, np.uint32, np.uint8),   # low range first: elementwise
     ([[31, 1], [0, 23]], [[23, 8]], 32, np.uint32, np.uint16),  # a width without a kernel
     ([[63, 1], [0, 52]], [[52, 11]], 64, np.uint64, np.uint16), # F64: deposit
 ])
-@pytest.mark.parametrize("k", [1, 5, 200])
-def test_scatter_join_is_scatter_then_join(rest, context, bits, rest_dtype, context_dtype, k):
+@pytest.mark.parametrize("k", [1, 5, 16, 17, 200])
+@pytest.mark.parametrize("simd", [True, False])
+def test_scatter_join_is_scatter_then_join(rest, context, bits, rest_dtype, context_dtype, k, simd):
     from brevis.dsl import fields
     from brevis.dsl.types import Field
 
@@ -172,7 +176,7 @@ def test_scatter_join_is_scatter_then_join(rest, context, bits, rest_dtype, cont
     cls = rng.integers(0, k, n).astype(np.uint8)
     parts = [rest_field[cls == j].astype(rest_dtype) for j in range(k)]
     out = np.empty(n, t.container)
-    delta._layout.scatter_join(cls, parts, [tuple(r) for r in rest], ctx, [tuple(r) for r in context], out)
+    delta._layout.scatter_join(cls, parts, [tuple(r) for r in rest], ctx, [tuple(r) for r in context], out, simd)
     assert np.array_equal(out, x)
 
 
@@ -289,31 +293,46 @@ def test_rank_decodes_alike_with_and_without_the_kernels(monkeypatch):
     assert np.array_equal(fast, x) and np.array_equal(decode(program, Field(16), len(x), streams), x)
 
 
+FLOATS = {  # word, exponent bits, mantissa bits, part (sign and mantissa)
+    "F32": (np.uint32, 8, 23, np.uint32),
+    "BF16": (np.uint16, 8, 7, np.uint8),
+    "F16": (np.uint16, 5, 10, np.uint16),
+}
+
+
 @pytest.mark.parametrize("k", [1, 5, 16, 17])
-def test_scatter_join_of_f32_by_exponent_refuses_damage_early_and_late(k):
-    """F32 words by their exponent byte (the deposit kernel): a part short by
-    one, one too long, or a class without a part near the start, is refused."""
+@pytest.mark.parametrize("dtype", list(FLOATS))
+@pytest.mark.parametrize("simd", [True, False])
+@pytest.mark.parametrize("at", [3, 70, 230])
+def test_scatter_join_of_floats_by_exponent_refuses_damage_early_and_late(k, dtype, simd, at):
+    """Float words by their exponent (the deposit and expand kernels): a
+    part short by one, one too long, or a class without a part, at element
+    `at` (in the first block of 16 or 32, in a later one, in the last
+    elements a block leaves), is refused."""
+    word, ebits, mbits, part = FLOATS[dtype]
+    bits = 8 * np.dtype(word).itemsize
     rng = np.random.default_rng(k)
-    n = 100
-    x = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
+    n = 250
+    x = rng.integers(0, 1 << 62, n, dtype=np.uint64).astype(word)
     cls = rng.integers(0, k, n).astype(np.uint8)
-    ctx = (x >> 23 & 0xFF).astype(np.uint8)
-    rest = (x & 0x7FFFFF) | (x >> 31 << 23)
+    ctx = (x >> mbits & ((1 << ebits) - 1)).astype(np.uint8)
+    rest = ((x & ((1 << mbits) - 1)) | (x >> (bits - 1) << mbits)).astype(part)
     parts = [rest[cls == j].copy() for j in range(k)]
-    args = ([(31, 1), (0, 23)], ctx, [(23, 8)])
-    out = np.empty(n, np.uint32)
-    delta._layout.scatter_join(cls, parts, args[0], args[1], args[2], out)
+    args = ([(bits - 1, 1), (0, mbits)], ctx, [(mbits, ebits)])
+    out = np.empty(n, word)
+    delta._layout.scatter_join(cls, parts, args[0], args[1], args[2], out, simd)
     assert np.array_equal(out, x)
-    first = int(cls[3])
+    first = int(cls[at])
+    before = int(np.count_nonzero(cls[:at] == first))
     short = list(parts)
-    short[first] = parts[first][:1]
+    short[first] = parts[first][:before]
     longer = list(parts)
-    longer[first] = np.append(parts[first], np.uint32(0))
+    longer[first] = np.append(parts[first], part(0))
     stray = cls.copy()
-    stray[3] = k
+    stray[at] = k
     for c, ps in ((cls, short), (cls, longer), (stray, parts)):
         with pytest.raises(ValueError):
-            delta._layout.scatter_join(c, ps, args[0], args[1], args[2], out)
+            delta._layout.scatter_join(c, ps, args[0], args[1], args[2], out, simd)
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
