@@ -25,6 +25,19 @@ class Program:
     node: Production
     children: tuple["Program", ...] = field(default=())
 
+    def __hash__(self) -> int:
+        # Made once: a program is hashed at every node above it when its
+        # peak is looked up (memory.cached_peak), and dataclass's hash
+        # walks the whole tree each time.
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = hash((self.node, self.children))
+        return h
+
+    def __reduce__(self):
+        # Without the cached hash: string hashes differ between processes.
+        return Program, (self.node, self.children)
+
     # ---------------------------------------------------------------- build
     @staticmethod
     def leaf(coder: Coder) -> "Program":
@@ -65,7 +78,7 @@ class Program:
             raise ProgramError(f"{self.node!r} is not a production")
         if depth and self.node.uses_reference:
             raise ProgramError(f"{self.node.id} codes against a base tensor: only at the root")
-        types = self.node.output_types(t)
+        types = self.node.child_types(t)
         if len(types) != len(self.children):
             raise ProgramError(
                 f"{self.node.id} on {t} gives {len(types)} values but has {len(self.children)} children")
