@@ -615,19 +615,15 @@ void vector_runs(const runs_t *r, int lanes16, vruns_t *v) {
     }
 }
 
+/* A field's value put into its runs' bits, in 32- or 16-bit lanes. */
 __attribute__((target(T32))) static inline __attribute__((always_inline))
-__m512i spread32(__m512i v, const vruns_t *r, int count) {
+__m512i spread_runs(__m512i v, const vruns_t *r, int count, int lanes16) {
     __m512i out = _mm512_setzero_si512();
-    for (int j = 0; j < count; j++)
-        out = _mm512_or_si512(out, _mm512_sllv_epi32(_mm512_and_si512(_mm512_srlv_epi32(v, r->from[j]), r->mask[j]), r->to[j]));
-    return out;
-}
-
-__attribute__((target(T32))) static inline __attribute__((always_inline))
-__m512i spread16(__m512i v, const vruns_t *r, int count) {
-    __m512i out = _mm512_setzero_si512();
-    for (int j = 0; j < count; j++)
-        out = _mm512_or_si512(out, _mm512_sllv_epi16(_mm512_and_si512(_mm512_srlv_epi16(v, r->from[j]), r->mask[j]), r->to[j]));
+    for (int j = 0; j < count; j++) {
+        __m512i t = lanes16 ? _mm512_srlv_epi16(v, r->from[j]) : _mm512_srlv_epi32(v, r->from[j]);
+        t = _mm512_and_si512(t, r->mask[j]);
+        out = _mm512_or_si512(out, lanes16 ? _mm512_sllv_epi16(t, r->to[j]) : _mm512_sllv_epi32(t, r->to[j]));
+    }
     return out;
 }
 
@@ -650,19 +646,26 @@ __attribute__((target("bmi2"))) static inline __attribute__((always_inline)) int
     return bad;
 }
 
+/* A call's runs as vectors, and each part's first and past-the-end bytes. */
+__attribute__((target(T32))) static inline __attribute__((always_inline)) void expand_start(
+        const runs_t *rr, const runs_t *rc, int lanes16, const void **src, const Py_ssize_t *have, Py_ssize_t k,
+        int pbytes, vruns_t *vr, vruns_t *vc, const uint8_t **part, const uint8_t **end) {
+    vector_runs(rr, lanes16, vr);
+    vector_runs(rc, lanes16, vc);
+    for (Py_ssize_t j = 0; j < k; j++) {
+        part[j] = src[j];
+        end[j] = part[j] + pbytes * have[j];
+    }
+}
+
 /* F32: 16 words a block, parts of 32 bits; nr and nc runs (inlined with
  * a float's counts, 2 and 1, as constants). */
 __attribute__((target(T32))) static inline __attribute__((always_inline)) int expand32_body(
         const uint8_t *cls, Py_ssize_t n, const void **src, const Py_ssize_t *have, Py_ssize_t k, const uint8_t *x,
         uint64_t rest_bits, uint64_t context_bits, uint32_t *d, const runs_t *rr, const runs_t *rc, int nr, int nc) {
     vruns_t vr, vc;
-    vector_runs(rr, 0, &vr);
-    vector_runs(rc, 0, &vc);
     const uint8_t *part[EXPAND_MOST_CLASSES], *end[EXPAND_MOST_CLASSES];
-    for (Py_ssize_t j = 0; j < k; j++) {
-        part[j] = src[j];
-        end[j] = part[j] + 4 * have[j];
-    }
+    expand_start(rr, rc, 0, src, have, k, 4, &vr, &vc, part, end);
     Py_ssize_t i = 0;
     for (; i + 16 <= n; i += 16) {
         const __m128i c = _mm_loadu_si128((const __m128i *)(cls + i));
@@ -683,7 +686,7 @@ __attribute__((target(T32))) static inline __attribute__((always_inline)) int ex
             break;
         }
         const __m512i xv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x + i)));
-        _mm512_storeu_si512((void *)(d + i), _mm512_or_si512(spread32(acc, &vr, nr), spread32(xv, &vc, nc)));
+        _mm512_storeu_si512((void *)(d + i), _mm512_or_si512(spread_runs(acc, &vr, nr, 0), spread_runs(xv, &vc, nc, 0)));
     }
     return expand_rest(cls, i, n, part, end, k, 4, x, rest_bits, context_bits, d, 4);
 }
@@ -694,13 +697,8 @@ __attribute__((target(T16))) static inline __attribute__((always_inline)) int ex
         uint64_t rest_bits, uint64_t context_bits, uint16_t *d, const runs_t *rr, const runs_t *rc, int nr, int nc,
         int pbytes) {
     vruns_t vr, vc;
-    vector_runs(rr, 1, &vr);
-    vector_runs(rc, 1, &vc);
     const uint8_t *part[EXPAND_MOST_CLASSES], *end[EXPAND_MOST_CLASSES];
-    for (Py_ssize_t j = 0; j < k; j++) {
-        part[j] = src[j];
-        end[j] = part[j] + pbytes * have[j];
-    }
+    expand_start(rr, rc, 1, src, have, k, pbytes, &vr, &vc, part, end);
     Py_ssize_t i = 0;
     for (; i + 32 <= n; i += 32) {
         const __m256i c = _mm256_loadu_si256((const __m256i *)(cls + i));
@@ -724,7 +722,7 @@ __attribute__((target(T16))) static inline __attribute__((always_inline)) int ex
         }
         if (pbytes == 1) acc = _mm512_cvtepu8_epi16(acc8);
         const __m512i xv = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(x + i)));
-        _mm512_storeu_si512((void *)(d + i), _mm512_or_si512(spread16(acc, &vr, nr), spread16(xv, &vc, nc)));
+        _mm512_storeu_si512((void *)(d + i), _mm512_or_si512(spread_runs(acc, &vr, nr, 1), spread_runs(xv, &vc, nc, 1)));
     }
     return expand_rest(cls, i, n, part, end, k, pbytes, x, rest_bits, context_bits, d, 2);
 }
@@ -738,22 +736,18 @@ static int expand_32_8_32(const uint8_t *cls, Py_ssize_t n, const void **src, co
     return expand32_body(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, rr, rc, rr->count, rc->count);
 }
 
+/* F16 (parts of pbytes = 2) and BF16 (pbytes = 1): each of the four
+ * bodies inlined with its constants. */
 __attribute__((target(T16)))
-static int expand_16_8_16(const uint8_t *cls, Py_ssize_t n, const void **src, const Py_ssize_t *have, Py_ssize_t k,
-                          const void *ctx, uint64_t rest_bits, uint64_t context_bits, void *dst,
-                          const runs_t *rr, const runs_t *rc) {
-    if (rr->count == 2 && rc->count == 1)
-        return expand16_body(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, rr, rc, 2, 1, 2);
-    return expand16_body(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, rr, rc, rr->count, rc->count, 2);
-}
-
-__attribute__((target(T16)))
-static int expand_8_8_16(const uint8_t *cls, Py_ssize_t n, const void **src, const Py_ssize_t *have, Py_ssize_t k,
-                         const void *ctx, uint64_t rest_bits, uint64_t context_bits, void *dst,
-                         const runs_t *rr, const runs_t *rc) {
-    if (rr->count == 2 && rc->count == 1)
-        return expand16_body(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, rr, rc, 2, 1, 1);
-    return expand16_body(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, rr, rc, rr->count, rc->count, 1);
+static int expand_16(const uint8_t *cls, Py_ssize_t n, const void **src, const Py_ssize_t *have, Py_ssize_t k,
+                     const void *ctx, uint64_t rest_bits, uint64_t context_bits, void *dst,
+                     const runs_t *rr, const runs_t *rc, int pbytes) {
+    const int floats = rr->count == 2 && rc->count == 1;
+    if (pbytes == 1)
+        return floats ? expand16_body(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, rr, rc, 2, 1, 1)
+                      : expand16_body(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, rr, rc, rr->count, rc->count, 1);
+    return floats ? expand16_body(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, rr, rc, 2, 1, 2)
+                  : expand16_body(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, rr, rc, rr->count, rc->count, 2);
 }
 
 /* The kernel for these widths: 0 or 1 as the kernel's result, -1 where
@@ -766,10 +760,8 @@ static int scatter_join_pdep(const uint8_t *cls, Py_ssize_t n, const void **src,
         && mask_runs(context_bits, &rc) == 0) {
         if (psize == 4 && dsize == 4 && expand_usable(0))
             return expand_32_8_32(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, &rr, &rc);
-        if (psize == 2 && dsize == 2 && expand_usable(1))
-            return expand_16_8_16(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, &rr, &rc);
-        if (psize == 1 && dsize == 2 && expand_usable(1))
-            return expand_8_8_16(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, &rr, &rc);
+        if ((psize == 2 || psize == 1) && dsize == 2 && expand_usable(1))
+            return expand_16(cls, n, src, have, k, ctx, rest_bits, context_bits, dst, &rr, &rc, psize);
     }
     if (psize == 4 && xsize == 1 && dsize == 4) return deposit_32_8_32(cls, n, src, have, k, ctx, rest_bits, context_bits, dst);
     if (psize == 1 && xsize == 1 && dsize == 2) return deposit_8_8_16(cls, n, src, have, k, ctx, rest_bits, context_bits, dst);
