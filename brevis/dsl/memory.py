@@ -85,9 +85,15 @@ def peak_bytes(program, t: Field) -> float:
     return peak
 
 
-@lru_cache(maxsize=4096)
 def cached_peak(program, t: Field) -> float:
-    return peak_bytes(program, t)
+    """peak_bytes, kept on the program for each type it is asked for: an
+    index's programs share their subtrees (Program.from_json's memo), each
+    measured once."""
+    peaks = program.__dict__.setdefault("_peaks", {})
+    peak = peaks.get(t)
+    if peak is None:
+        peak = peaks[t] = peak_bytes(program, t)
+    return peak
 
 
 def factor(program, t: Field) -> float:

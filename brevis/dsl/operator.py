@@ -50,7 +50,6 @@ class Production:
 
     def __init__(self, /, **config: Any):  # "self" may be a config key from an archive
         self._config = self.parse_config(config)
-        self._hash = hash((self.id, repr(sorted(self._config.items()))))
 
     @classmethod
     def parse_config(cls, config: dict) -> dict:
@@ -91,7 +90,12 @@ class Production:
         return type(self) is type(other) and self._config == other._config  # type: ignore[attr-defined]
 
     def __hash__(self) -> int:
-        return self._hash
+        # Made on first use (an archive's index reads hundreds of nodes;
+        # few are hashed), then kept.
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = hash((self.id, repr(sorted(self._config.items()))))
+        return h
 
     def __reduce__(self):
         # Made again where unpickled: _hash is of strings, whose hashes
