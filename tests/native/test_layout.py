@@ -306,9 +306,9 @@ FLOATS = {  # word, exponent bits, mantissa bits, part (sign and mantissa)
 @pytest.mark.parametrize("at", [3, 70, 230])
 def test_scatter_join_of_floats_by_exponent_refuses_damage_early_and_late(k, dtype, simd, at):
     """Float words by their exponent (the deposit and expand kernels): a
-    part short by one, one too long, or a class without a part, at element
-    `at` (in the first block of 16 or 32, in a later one, in the last
-    elements a block leaves), is refused."""
+    part that runs out at element `at`, one a word too long, or a class
+    without a part at `at` (in the first block of 16 or 32, in a later one,
+    in the last elements a block leaves) is refused."""
     word, ebits, mbits, part = FLOATS[dtype]
     bits = 8 * np.dtype(word).itemsize
     rng = np.random.default_rng(k)
