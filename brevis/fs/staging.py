@@ -91,9 +91,11 @@ def umask() -> int:
     """The process's umask, read without changing it where Linux tells it
     (/proc), else by setting and restoring it."""
     try:
-        with open("/proc/self/status", encoding="ascii") as f:
+        # As bytes: a text file of an encoding not yet used imports its
+        # codec, 0.3 ms of a decompress in a fresh process.
+        with open("/proc/self/status", "rb") as f:
             for line in f:
-                if line.startswith("Umask:"):
+                if line.startswith(b"Umask:"):
                     return int(line.split()[1], 8)
     except (OSError, ValueError):
         pass

@@ -94,3 +94,16 @@ def test_value_context_is_the_parent_id(prod):
     up = object.__new__(cls)  # the id is a class attribute: no configuration needed
     assert child(WORDS, 16, up).parent_id == prod
     assert child(WORDS, 16, None).parent_id == "root"
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
+def test_distinct_counts_as_unique_does(dtype):
+    from brevis.synth.proposals import _distinct
+
+    rng = np.random.default_rng(3)
+    for n, high in ((0, 1), (1, 1), (500, 3), (5000, 1 << 12)):
+        x = rng.integers(0, high, n).astype(dtype)
+        assert _distinct(x) == len(np.unique(x))
+        if n:  # rows of 4 as opaque records, as the row dedup proposal counts them
+            rows = np.ascontiguousarray(x[: n // 4 * 4].reshape(-1, 4)).view(np.dtype((np.void, 4 * x.itemsize)))
+            assert _distinct(rows) == len(np.unique(rows))
