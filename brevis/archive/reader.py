@@ -60,7 +60,7 @@ class ArchiveReader:
         self.fd = -1
         if data is not None:
             try:
-                self.buffer = memoryview(data).cast("B")
+                self.buffer = memoryview(data).cast("B").toreadonly()  # nothing here writes the archive
             except TypeError:
                 raise InvalidArgument(f"{self.path}: an archive in memory must be a contiguous bytes-like object") from None
             self.size = len(self.buffer)

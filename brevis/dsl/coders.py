@@ -32,7 +32,12 @@ class Raw(Coder):
 
     def decode(self, data, n, t):
         _expect_length(data, n * t.container.itemsize, "raw stream")
-        return np.frombuffer(data, dtype=t.container, count=n)
+        view = np.frombuffer(data, dtype=t.container, count=n)
+        # Read-only: a view of the stream, which may lie in the caller's
+        # writable buffer (an archive in a bytearray or mmap), and parents
+        # undo their step in a child's value where they may write it.
+        view.flags.writeable = False
+        return view
 
 
 _local = threading.local()

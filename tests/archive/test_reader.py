@@ -63,6 +63,17 @@ def test_an_archive_in_memory_reads_as_its_file(archive):
                [bytes(on_disk.decode_chunk(s, c)) for s, c in chunks(on_disk)]
 
 
+def test_an_archive_in_a_writable_buffer_is_read_only_and_left_as_it_is(archive):
+    """An archive handed over in a bytearray: the reader's views of it are
+    read-only (a raw leaf's value is one), and unpacking leaves it as it was."""
+    data = bytearray(archive.read_bytes())
+    before = bytes(data)
+    with ArchiveReader(MEMORY, data) as reader:
+        assert reader.read(0, 16).readonly
+    files = brevis.unpack(data)
+    assert bytes(data) == before and files
+
+
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory):
     """Two tensors coded by one `ans` leaf (batched) around a bias stored raw (decoded alone)."""

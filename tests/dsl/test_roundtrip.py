@@ -242,6 +242,7 @@ ZIGZAG = _only(lambda t: t.bits in (8, 16, 32, 64))
 def zigzag_cases() -> list[Case]:
     return [
         Case("zigzag", ZIGZAG(lambda t: Program.op(ZigZag(), leaf(1)))),
+        Case("zigzag>raw", ZIGZAG(lambda t: Program.op(ZigZag(), leaf(0)))),
         Case("delta>zigzag>byte_planes", ZIGZAG(lambda t: Program.op(
             Delta(stride=1), Program.op(ZigZag(), planes_or_leaf(Field(t.bits), 2))))),
     ]
@@ -436,8 +437,11 @@ CASES: dict[str, list[Case]] = {
         bit_fields_case("bit_fields(2-bit)>pack_bits", every(2), pack_child),
         bit_fields_case("bit_fields(4-bit)>pack_bits", every(4), pack_child),
     ],
-    "delta": [strided_case(Delta, s, nested=s == 1) for s in (1, 2, 3, 64, 1 << 26)],
-    "xor_delta": [strided_case(XorDelta, s, nested=s == 2) for s in (1, 2, 7, 1 << 20)],
+    # (a raw child: its value is a view of the stream, which the inverse must not write)
+    "delta": [strided_case(Delta, s, nested=s == 1) for s in (1, 2, 3, 64, 1 << 26)]
+             + [Case(f"delta({s})>raw", lambda t, s=s: Program.op(Delta(stride=s), leaf(0))) for s in (1, 3)],
+    "xor_delta": [strided_case(XorDelta, s, nested=s == 2) for s in (1, 2, 7, 1 << 20)]
+                 + [Case("xor_delta(1)>raw", lambda t: Program.op(XorDelta(stride=1), leaf(0)))],
     "zigzag": zigzag_cases(),
     "transpose": [transpose_case(c) for c in (1, 2, 3, 8)],
     "affine": [
