@@ -138,6 +138,12 @@ class ZigZag(Operator):
 
     def inverse(self, n, t, read):
         z = read(0, n)
+        if _layout is not None:  # one pass in C, in the child's value where it may be written
+            z = np.ascontiguousarray(z, dtype=t.container)
+            if not z.flags.writeable:
+                z = z.copy()
+            _layout.unzigzag(z)
+            return z
         word = t.container.type
         # -(z & 1) in unsigned arithmetic is all ones or zero (t.bits fills the word).
         ones = np.bitwise_and(z, word(1), dtype=t.container, casting="unsafe")

@@ -1061,6 +1061,32 @@ static PyObject *layout_prefix(PyObject *self, PyObject *args) {
 }
 #undef PREFIX
 
+/* unzigzag(values) -> None
+ * zigzag's inverse in place, in the values' width (1, 2, 4 or 8 bytes):
+ * z -> (z >> 1) xor -(z & 1), one pass, where numpy took four (and, on a
+ * fresh process's first chunk, 0.25 ms to set up its four ufunc loops). */
+#define UNZIGZAG(T) { T *v = vb.buf; \
+        for (Py_ssize_t i = 0; i < n; i++) { T z = v[i]; v[i] = (T)((T)(z >> 1) ^ (T)((T)0 - (T)(z & 1))); } }
+static PyObject *layout_unzigzag(PyObject *self, PyObject *args) {
+    PyObject *vo;
+    if (!PyArg_ParseTuple(args, "O", &vo)) return NULL;
+    Py_buffer vb;
+    if (PyObject_GetBuffer(vo, &vb, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) return NULL;
+    const int size = (int)vb.itemsize;
+    const Py_ssize_t n = (size == 1 || size == 2 || size == 4 || size == 8) ? vb.len / size : -1;
+    if (n < 0) {
+        PyBuffer_Release(&vb);
+        PyErr_SetString(PyExc_ValueError, "values of 1, 2, 4 or 8-byte items");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (size == 1) UNZIGZAG(uint8_t) else if (size == 2) UNZIGZAG(u16u) else if (size == 4) UNZIGZAG(u32u) else UNZIGZAG(u64u)
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&vb);
+    Py_RETURN_NONE;
+}
+#undef UNZIGZAG
+
 /* scatter(src, pieces, dst) -> None
  * dst[at:at + n] = src[within:within + n] for each (at, within, n) of
  * pieces, every range checked against its buffer first: a gathered
@@ -1115,6 +1141,7 @@ static PyMethodDef methods[] = {
     {"unpack", layout_unpack, METH_VARARGS, "unpack(packed, bits, dst) -> None"},
     {"prefix", layout_prefix, METH_VARARGS, "prefix(values, stride, xor) -> None: running sums or xors, in place"},
     {"interleave", layout_interleave, METH_VARARGS, "interleave(planes, dst) -> None"},
+    {"unzigzag", layout_unzigzag, METH_VARARGS, "unzigzag(values) -> None: zigzag's inverse, in place"},
     {"scatter", layout_scatter, METH_VARARGS, "scatter(src, pieces, dst) -> None: dst[at:at + n] = src[within:within + n] for each (at, within, n)"},
     {NULL, NULL, 0, NULL},
 };
