@@ -1,5 +1,6 @@
-/* Layout kernels: a tiled transpose for the `transpose` operator
- * (brevis/dsl/delta.py), the classify and scatter_join that undo
+/* Layout kernels: a tiled transpose for the `transpose` operator and the
+ * running sums and xors and the unzigzag that undo `delta`, `xor_delta`
+ * and `zigzag` (brevis/dsl/delta.py), the classify and scatter_join that undo
  * `partition` and the lookup and patch that undo `rank` (brevis/dsl/
  * symbols.py), the column copy that undoes `records`, the join of bit
  * ranges that undoes fields and the unpack that undoes `pack_bits`
