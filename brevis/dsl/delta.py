@@ -36,13 +36,18 @@ def _columns(y: np.ndarray, stride: int) -> tuple[np.ndarray, int]:
     return y.reshape(-1, stride), n
 
 
+def _in_place(y: np.ndarray, t: Field) -> np.ndarray:
+    """y, for a C kernel to undo a step in place: y itself where it is a
+    writable contiguous array of t's container (a child's value, made for
+    this), else a copy (a raw leaf's value is a read-only view of its stream)."""
+    y = np.ascontiguousarray(y, dtype=t.container)
+    return y if y.flags.writeable else y.copy()
+
+
 def _running(y: np.ndarray, t: Field, stride: int, xor: bool) -> np.ndarray:
     """Running sums (modulo the container's width) or xors of y per lane of
-    `stride`, by the C kernel, in y where it is a writable array of t's
-    container (a child's value, made for this), else in a copy."""
-    y = np.ascontiguousarray(y, dtype=t.container)
-    if not y.flags.writeable:
-        y = y.copy()
+    `stride`, by the C kernel, in place (_in_place)."""
+    y = _in_place(y, t)
     _layout.prefix(y, stride, xor)
     return y
 
@@ -138,10 +143,8 @@ class ZigZag(Operator):
 
     def inverse(self, n, t, read):
         z = read(0, n)
-        if _layout is not None:  # one pass in C, in the child's value where it may be written
-            z = np.ascontiguousarray(z, dtype=t.container)
-            if not z.flags.writeable:
-                z = z.copy()
+        if _layout is not None:  # one pass in C, in place (_in_place)
+            z = _in_place(z, t)
             _layout.unzigzag(z)
             return z
         word = t.container.type

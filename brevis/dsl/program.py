@@ -26,9 +26,8 @@ class Program:
     children: tuple["Program", ...] = field(default=())
 
     def __hash__(self) -> int:
-        # Made once: a program is hashed at every node above it when its
-        # peak is looked up (memory.cached_peak), and dataclass's hash
-        # walks the whole tree each time.
+        # Made once: a program is a cache key (plan.program_text, once a
+        # segment), and dataclass's hash walks the whole tree each time.
         h = self.__dict__.get("_hash")
         if h is None:
             h = self.__dict__["_hash"] = hash((self.node, self.children))
