@@ -593,15 +593,15 @@ static int mask_runs(uint64_t bits, runs_t *r) {
     return 0;
 }
 
+CPU_HAS(avx512f_usable, "avx512f")
+CPU_HAS(avx512bw_usable, "avx512bw")
+CPU_HAS(avx512vl_usable, "avx512vl")
+CPU_HAS(avx512vbmi2_usable, "avx512vbmi2")
+
+/* Whether the expand kernels run here: the 16-bit words' also need VBMI2. */
 static int expand_usable(int words16) {
-    static int known[2] = {-1, -1};
-    if (known[words16] < 0) {
-        __builtin_cpu_init();
-        known[words16] = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
-                         && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("bmi2")
-                         && (!words16 || __builtin_cpu_supports("avx512vbmi2")) ? 1 : 0;
-    }
-    return known[words16];
+    return avx512f_usable() && avx512bw_usable() && avx512vl_usable() && pdep_usable()
+           && (!words16 || avx512vbmi2_usable());
 }
 
 /* A field's runs as vectors of shifts and masks (32- or 16-bit lanes), made once a call. */
