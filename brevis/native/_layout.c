@@ -8,6 +8,11 @@
  * (brevis/dsl/planes.py). Each is one pass over its output, where numpy
  * took one pass per part and temporaries of the output's size.
  *
+ * Also the two calls of brevis/workers/heap.py (mallopt, madvise), here
+ * because every command loads this module anyway: through ctypes they
+ * cost 50 us a process (dlopen and a lookup), and a module of their own
+ * 0.16-0.25 ms to load.
+ *
  * numpy copies a transposed view element by element in the order of the
  * output, reading the input a whole row apart each time: on nomic's F16
  * chunks that was 12 % of decoding. Tiles of TILE x TILE elements keep
@@ -18,6 +23,13 @@
 #include <stdint.h>
 #include <string.h>
 #include <immintrin.h>
+#include <errno.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include "common.h"  /* u16u, u32u, u64u: items at any alignment; CPU_HAS */
 
 #define TILE 32
@@ -1131,6 +1143,36 @@ static PyObject *layout_scatter(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* keep_freed(mmap_threshold, trim_threshold) -> bool: glibc's mallopt
+ * M_MMAP_THRESHOLD and M_TRIM_THRESHOLD (heap.keep_freed_memory); False
+ * where the C library is not glibc or refuses a value. */
+static PyObject *layout_keep_freed(PyObject *self, PyObject *args) {
+    int mmap_threshold, trim_threshold;
+    if (!PyArg_ParseTuple(args, "ii", &mmap_threshold, &trim_threshold)) return NULL;
+#ifdef __GLIBC__
+    return PyBool_FromLong(mallopt(M_MMAP_THRESHOLD, mmap_threshold) && mallopt(M_TRIM_THRESHOLD, trim_threshold));
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
+/* populate(address, length) -> 0 or an errno: madvise(MADV_POPULATE_WRITE)
+ * of those pages (Linux 5.14 on: faulted in, writable, as a write would;
+ * their bytes unchanged), the GIL released (heap.populate). */
+static PyObject *layout_populate(PyObject *self, PyObject *args) {
+    unsigned long long address;
+    Py_ssize_t length;
+    if (!PyArg_ParseTuple(args, "Kn", &address, &length)) return NULL;
+    if (length < 0) { PyErr_SetString(PyExc_ValueError, "length must be >= 0"); return NULL; }
+    int error = ENOSYS;
+#ifdef __linux__
+    Py_BEGIN_ALLOW_THREADS
+    error = madvise((void *)(uintptr_t)address, (size_t)length, 23 /* MADV_POPULATE_WRITE */) ? errno : 0;
+    Py_END_ALLOW_THREADS
+#endif
+    return PyLong_FromLong(error);
+}
+
 static PyMethodDef methods[] = {
     {"transpose", layout_transpose, METH_VARARGS, "transpose(src, rows, cols, itemsize, dst) -> None"},
     {"place", layout_place, METH_VARARGS, "place(src, width, records, stride, offset, dst) -> None"},
@@ -1144,6 +1186,8 @@ static PyMethodDef methods[] = {
     {"interleave", layout_interleave, METH_VARARGS, "interleave(planes, dst) -> None"},
     {"unzigzag", layout_unzigzag, METH_VARARGS, "unzigzag(values) -> None: zigzag's inverse, in place"},
     {"scatter", layout_scatter, METH_VARARGS, "scatter(src, pieces, dst) -> None: dst[at:at + n] = src[within:within + n] for each (at, within, n)"},
+    {"keep_freed", layout_keep_freed, METH_VARARGS, "keep_freed(mmap_threshold, trim_threshold) -> whether glibc's malloc took them"},
+    {"populate", layout_populate, METH_VARARGS, "populate(address, length) -> 0 or errno: madvise MADV_POPULATE_WRITE"},
     {NULL, NULL, 0, NULL},
 };
 

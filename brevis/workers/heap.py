@@ -20,6 +20,11 @@ from typing import Callable
 
 import numpy as np
 
+try:
+    from ..native import _layout
+except ImportError:  # not built: ctypes
+    _layout = None
+
 MMAP_THRESHOLD = 32 << 20  # the most glibc accepts; a chunk decodes to at most 64 MiB
 TRIM_THRESHOLD = 128 << 20
 _malloc_tuned = False
@@ -31,6 +36,9 @@ def keep_freed_memory() -> None:
     if _malloc_tuned or not sys.platform.startswith("linux"):
         return
     _malloc_tuned = True
+    if _layout is not None:  # 1 us; through ctypes 50 us (dlopen, a lookup)
+        _layout.keep_freed(MMAP_THRESHOLD, TRIM_THRESHOLD)
+        return
     try:
         import ctypes
 
@@ -45,20 +53,22 @@ def keep_freed_memory() -> None:
 PAGE = mmap.PAGESIZE
 MADV_POPULATE_WRITE = 23  # Linux's, from 5.14: fault pages in, writable, as a write would
 POPULATE_STEP = 8 << 20  # bytes a call populates before looking whether to stop
-_madvise = None  # libc's madvise, once looked up (False: none)
+_madvise = None  # madvise(at, n, MADV_POPULATE_WRITE) once looked up (False: none)
 
 
 def _advise_ready() -> bool:
     global _madvise
     if _madvise is None:
         _madvise = False
-        if sys.platform.startswith("linux"):
+        if _layout is not None and sys.platform.startswith("linux"):
+            _madvise = _layout.populate
+        elif sys.platform.startswith("linux"):
             try:
                 import ctypes
 
                 f = ctypes.CDLL(None).madvise
                 f.argtypes, f.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
-                _madvise = f
+                _madvise = lambda at, n: f(at, n, MADV_POPULATE_WRITE)  # noqa: E731
             except (OSError, AttributeError):
                 pass
     return _madvise is not False
@@ -85,7 +95,7 @@ def populate(buffers: list[np.ndarray]) -> Callable[[], None]:
             at -= at % PAGE
             while at < end and not stop.is_set():
                 n = min(POPULATE_STEP, end - at)
-                if _madvise(at, n, MADV_POPULATE_WRITE):
+                if _madvise(at, n):
                     return  # not supported (or no memory: the writes will fault)
                 at += n
 
