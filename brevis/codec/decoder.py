@@ -164,7 +164,14 @@ def _output_buffers(sizes: list[int]) -> list[np.ndarray]:
     """A buffer a file, for unpack. (Files under 4 MiB sharing one buffer
     advised for huge pages, eb9dafa, gave silero a better median, 8.28 ->
     7.34 ms, but no better mean, 8.32 / 8.32 over 120 runs, the huge
-    pages' faults now and then slower: p90 8.51 -> 12.13.)"""
+    pages' faults now and then slower: p90 8.51 -> 12.13. The other way,
+    files of 4 MiB or more, which numpy advises for huge pages, given base
+    pages instead (a private mapping of their own, MADV_NOHUGEPAGE; 2026-12-
+    05, eight fresh processes each, interleaved, best / median / mean ms):
+    easyocr 55 / 99 / 135 -> 68 / 70 / 72, piper 43 / 97 / 94 -> 49 / 52 /
+    52, astra 112 / 126 / 192 -> 145 / 152 / 152, the host's huge pages
+    often slow to come; kept as numpy makes them: a fifth slower at the
+    best, and slower wherever the host backs huge pages.)"""
     return [np.empty(n, np.uint8) for n in sizes]
 
 
