@@ -550,7 +550,10 @@ def _put(sink: Sink, handle, data, parts, length: int) -> str | None:
 def _put_all(sink: Sink, handle, puts: list[tuple[str, object, list]]) -> list[tuple[str, str]]:
     """Each (segment name, bytes, pieces) of `puts` into the sink, in order;
     the (name, problem) pairs found. A sink that takes runs (put_run) gets
-    the pieces that follow one another in the file together."""
+    the pieces in file order, those that follow one another together:
+    gathered segments' pieces lie between each other's (a layer's bias,
+    scale and weight, each gathered with its kind), and in decoding order
+    they were a write each (fracast's 0.1 MB file: 62 writes)."""
     put_pieces = getattr(sink, "put_pieces", None) if _layout is not None else None
     if put_pieces is not None:  # in memory: nothing to report, damage raises
         for _, data, parts in puts:
@@ -566,18 +569,22 @@ def _put_all(sink: Sink, handle, puts: list[tuple[str, object, list]]) -> list[t
         return found
     run: list = []
     start = end = 0
-    for _, data, parts in puts:
-        for at, within, n in parts:
-            if run and at != end:
-                put_run(handle, run, start)
-                run = []
-            if not run:
-                start = end = at
-            run.append(data[within:within + n] if n != len(data) else data)
-            end += n
+    for at, data, within, n in sorted(((at, data, within, n) for _, data, parts in puts for at, within, n in parts),
+                                      key=_first):
+        if run and at != end:
+            put_run(handle, run, start)
+            run = []
+        if not run:
+            start = end = at
+        run.append(data[within:within + n] if n != len(data) else data)
+        end += n
     if run:
         put_run(handle, run, start)
     return []
+
+
+def _first(piece: tuple) -> int:
+    return piece[0]
 
 
 def _write_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list[tuple[str | None, str]]]:

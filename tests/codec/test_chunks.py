@@ -146,3 +146,26 @@ def test_gathered_chunks_go_to_their_pieces_in_memory(gathered, kernel, monkeypa
     for threads in (1, 2):
         got = brevis.unpack(gathered / "g.brv", threads=threads)
         assert bytes(got["g.safetensors"]) == (gathered / "g.safetensors").read_bytes()
+
+
+def test_gathered_pieces_are_written_in_file_order_each_run_at_once(gathered, tmp_path, monkeypatch):
+    """decompress writes a window's pieces sorted by their place in the
+    file, and pieces that follow one another, of any segments, in one
+    pwritev: in decoding order the gathered biases' and scales' pieces
+    alternate with each other's, which was a call each."""
+    from brevis.codec import chunks
+
+    if chunks._pwritev is None:
+        pytest.skip("no pwritev here")
+    calls = []
+    real = chunks._pwritev
+
+    def recording(fd, views, offset):
+        calls.append((offset, sum(len(v) for v in views)))
+        return real(fd, views, offset)
+
+    monkeypatch.setattr(chunks, "_pwritev", recording)
+    brevis.decompress(gathered / "g.brv", tmp_path / "out", threads=1)
+    assert (tmp_path / "out" / "g.safetensors").read_bytes() == (gathered / "g.safetensors").read_bytes()
+    assert calls == sorted(calls)
+    assert not {offset + n for offset, n in calls} & {offset for offset, _ in calls}  # no run cut in two
