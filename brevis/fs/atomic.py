@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import re
 import shutil
 import signal
 import stat
@@ -30,6 +29,7 @@ def io_failure(e: OSError, what: str) -> IOFailure:
 
 
 TEMP_SUFFIX = ".partial"
+_TEMP_SUFFIX_BYTES = TEMP_SUFFIX.encode()
 # ".NAME." + 8 random characters + ".partial" must fit in a 255-byte file name.
 _TEMP_NAME_BYTES = 255 - 1 - 1 - 8 - len(TEMP_SUFFIX)
 
@@ -106,19 +106,31 @@ def _hold_signals():
     return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
+# The characters of mkstemp's 8 random ones (tempfile._RandomNameSequence).
+_TEMP_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def is_temp_name(entry: bytes, prefix: bytes) -> bool:
+    """Whether `entry` is PREFIX + 8 of mkstemp's characters + TEMP_SUFFIX:
+    a temporary of ours. (A regular expression cost 0.3 ms to compile in a
+    fresh process, a fifth of decompressing a 0.5 MB archive's files.)"""
+    suffix = _TEMP_SUFFIX_BYTES
+    return (len(entry) == len(prefix) + 8 + len(suffix) and entry.startswith(prefix) and entry.endswith(suffix)
+            and all(c in _TEMP_CHARS for c in entry[len(prefix):len(prefix) + 8]))
+
+
 def remove_stale(parent: Path, name: str, before_ns: int) -> list[Path]:
     """Remove the temporaries of earlier runs for NAME in parent: entries named
     like ours, last changed before `before_ns`, that no live process holds
     locked. Best effort: anything unclear is left alone."""
-    pattern = re.compile(re.escape(os.fsencode(temp_prefix(name))) + rb"[a-z0-9_]{8}"
-                         + re.escape(TEMP_SUFFIX.encode()))
+    prefix = os.fsencode(temp_prefix(name))
     removed = []
     try:
         entries = os.listdir(os.fsencode(parent))
     except OSError:
         return removed
     for entry in entries:
-        if not pattern.fullmatch(entry):
+        if not is_temp_name(entry, prefix):
             continue
         path = os.path.join(os.fsencode(parent), entry)
         try:
