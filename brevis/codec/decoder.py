@@ -170,8 +170,8 @@ def _output_buffers(sizes: list[int]) -> list[np.ndarray]:
     05, eight fresh processes each, interleaved, best / median / mean ms):
     easyocr 55 / 99 / 135 -> 68 / 70 / 72, piper 43 / 97 / 94 -> 49 / 52 /
     52, astra 112 / 126 / 192 -> 145 / 152 / 152, the host's huge pages
-    often slow to come; kept as numpy makes them: a fifth slower at the
-    best, and slower wherever the host backs huge pages.)"""
+    often slow to come; kept as numpy makes them: base pages were a
+    fifth slower at the best, the run in which the host had them ready.)"""
     return [np.empty(n, np.uint8) for n in sizes]
 
 

@@ -112,8 +112,8 @@ _TEMP_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789_")
 
 def is_temp_name(entry: bytes, prefix: bytes) -> bool:
     """Whether `entry` is PREFIX + 8 of mkstemp's characters + TEMP_SUFFIX:
-    a temporary of ours. (A regular expression cost 0.3 ms to compile in a
-    fresh process, a fifth of decompressing a 0.5 MB archive's files.)"""
+    a temporary of ours. (With a regular expression compiled per call,
+    remove_stale took 190-240 us in a fresh process; 64-88 without.)"""
     suffix = _TEMP_SUFFIX_BYTES
     return (len(entry) == len(prefix) + 8 + len(suffix) and entry.startswith(prefix) and entry.endswith(suffix)
             and all(c in _TEMP_CHARS for c in entry[len(prefix):len(prefix) + 8]))
