@@ -30,8 +30,6 @@ from . import access
 from .access import Archive, ls, open_archive
 from .archive.reader import ArchiveReader
 from .codec import decoder as _decoder
-from .codec import encoder as _encoder
-from .codec import verifier as _verifier
 from .errors import InvalidArgument
 from .fs.atomic import io_failure
 from .defaults import DEFAULT_EFFORT
@@ -86,6 +84,8 @@ def compress(sources, output: str | os.PathLike | None = None, *, threads: int =
     The summary: archive, file_count, original_bytes, archive_bytes, ratio,
     seconds, learn_seconds, throughput_mb_s, effort, prior_samples,
     encode_processes, skipped (each {path, kind, reason})."""
+    from .codec import encoder as _encoder  # the search and its planner: not paid by reading commands
+
     sources = _paths(sources)
     if output is None:
         output = default_archive(sources)
@@ -136,6 +136,8 @@ def verify(archive: str | os.PathLike, sources=None, *, threads: int = 1, base=N
     The report: archive, ok (True only when everything matched), file_count,
     original_bytes, source_compared, problems (each {file, segment, error}),
     seconds."""
+    from .codec import verifier as _verifier
+
     return _verifier.verify(archive, _paths(sources) if sources else None, threads=threads, progress=progress,
                             base=base, executor=executor, processes=processes)
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from ..archive.reader import ArchiveReader
 from ..fs.sources import collect
-from .assembler import link_entry
 from ..workers.heap import keep_freed_memory
 from .chunks import ChunkDecoder, CheckOnly, CompareWith, Executing, Progress, Sink, executing, run_jobs
 
@@ -30,6 +29,8 @@ def verify(archive, sources=None, *, threads: int = 1, progress: Progress = None
     keep_freed_memory()
     originals = None
     if sources:
+        from .assembler import link_entry  # the encoder's side: only where sources are compared
+
         links: list = []
         files, _ = collect([sources] if isinstance(sources, (str, os.PathLike)) else list(sources), links=links)
         originals = {s.name: s.path for s in files + links}  # a link's content read through it
