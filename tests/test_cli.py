@@ -100,14 +100,16 @@ def test_help_and_usage_errors_import_no_codec():
 def test_reading_commands_import_no_search(archive, tmp_path):
     # Issue 14: decompress, verify, ls and inspect read archives; the
     # search, its planner and the format parsers are the compressor's
-    # (about 20 ms of a 170 ms decompress of the shipped checkpoint).
+    # (about 20 ms of a 170 ms decompress of the shipped checkpoint), and
+    # multiprocessing is for archives that worker processes decode.
     runs = [["decompress", str(archive), "-o", str(tmp_path / "out"), "-q"], ["verify", str(archive), "-q"],
             ["ls", str(archive)], ["inspect", str(archive)]]
     code = ("import sys\nfrom brevis import cli\n"
             f"for args in {runs!r}:\n"
             "    try:\n        cli.main(args)\n    except SystemExit as e:\n        assert not e.code, (args, e.code)\n"
             "print(' '.join(sorted(m for m in sys.modules if m.startswith(('brevis.synth', 'brevis.formats', "
-            "'brevis.codec.encoder', 'brevis.codec.plan', 'brevis.codec.assembler')))))")
+            "'brevis.codec.encoder', 'brevis.codec.plan', 'brevis.codec.assembler', 'brevis.workers.executor', "
+            "'multiprocessing', 'concurrent.futures.process')))))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "out").exists()

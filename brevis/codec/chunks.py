@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import Executor
-from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -37,6 +36,7 @@ from ..fs.atomic import io_failure
 from ..errors import BaseRequired, BrevisError, ChecksumError, FormatError, InvalidArgument
 from ..fs.sources import read_up_to
 from ..workers import Workers, open_workers
+from ..workers.processes import broken_pool
 from ..workers.heap import keep_freed_memory
 from ..workers.pool import Pool, ordered_pairs
 
@@ -761,8 +761,10 @@ def run_jobs(decoder: ChunkDecoder, sink_of: Callable[[int], Sink], how: Executi
         try:
             yield from ordered_pairs(how.processes, fn, decode_jobs(index, sink_of, PROCESS_JOB_BYTES, files),
                                      2 * max(1, how.threads))
-        except BrokenProcessPool:
-            raise BrevisError("a decoding worker process died (killed, or out of memory)") from None
+        except Exception as e:
+            if broken_pool(e):
+                raise BrevisError("a decoding worker process died (killed, or out of memory)") from None
+            raise
         return
     # The calling thread decodes too (`helps`): one thread fewer to start,
     # and none left waiting. It queues jobs only between its own, so the

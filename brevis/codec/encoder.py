@@ -28,7 +28,6 @@ import functools
 import os
 import time
 from concurrent.futures import Executor
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -37,7 +36,7 @@ from .base_model import Base
 from ..archive.writer import ArchiveWriter
 from ..errors import BrevisError, InvalidArgument
 from ..workers import Workers, open_workers
-from ..workers.processes import WorkerProcesses
+from ..workers.processes import broken_pool, ours
 from ..workers.shared import read_batch, release_batch
 from ..workers.tasks import ChunkTask, run_chunks, run_chunks_shared
 from ..workers.pool import CHUNK_BYTES, Pool, ordered_pairs, runs
@@ -163,7 +162,7 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
                                     2 * max(1, threads))
             chunks = (ref for ps in planned for ref in ps.chunks)
             # Workers on this machine: streams come back through shared memory.
-            shared = isinstance(executor, WorkerProcesses) and executor.shared
+            shared = ours(executor) and executor.shared
             run = functools.partial(run_chunks_shared, owner=os.getpid()) if shared else run_chunks
             for refs, result in ordered_pairs(chunk_executor, run, _batches(chunks, *batch), chunk_window,
                                               _tasks, release_batch):
@@ -175,8 +174,10 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
                             progress(ref.length)
             size = assembler.finish(planner.prior.to_json(), series)
             index = assembler.index
-    except BrokenProcessPool:
-        raise BrevisError("a chunk worker process died (killed, or out of memory); archive not written") from None
+    except Exception as e:
+        if broken_pool(e):
+            raise BrevisError("a chunk worker process died (killed, or out of memory); archive not written") from None
+        raise
     finally:
         own.shutdown()  # queued jobs are dropped; running ones are short
         for f in scanned:

@@ -10,7 +10,9 @@ local process pool), which decides processes or none and returns a
   never with `processes=False`, and only where they can start at all
   (`can_start_processes`).
 - They start by fork where that is safe (Linux, no other thread yet),
-  else by spawn, from a thread of their own (`WorkerProcesses`).
+  else by spawn, from a thread of their own (`WorkerProcesses`, in
+  executor.py: multiprocessing is imported only where processes start,
+  about 10 ms that a decompress of a small archive need not pay).
 - Workers ignore SIGINT (the main process alone reacts to Ctrl-C and
   shuts the pool down) unless asked otherwise, and never outlive the
   process that started them (a death signal on Linux, and a watch thread).
@@ -18,16 +20,10 @@ local process pool), which decides processes or none and returns a
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import re
-import signal
 import sys
 import threading
-import time
-from concurrent.futures import ProcessPoolExecutor
 
-from .heap import keep_freed_memory
 from .pool import live_threads
 
 WATCH_THREAD = "brevis-parent-watch"
@@ -48,6 +44,8 @@ def process_context():
     fresh interpreter per worker (about 0.5 s of CPU each to import numpy
     and Brevis, measured). forkserver was measured too: its server outlived
     a SIGKILLed main process by over 30 s here."""
+    import multiprocessing
+
     if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread() \
             and _foreign_threads() == 0:
         return multiprocessing.get_context("fork")
@@ -65,6 +63,8 @@ def can_start_processes() -> bool:
     safe for `python -m`, the `brevis` command, an interactive session, or
     a script whose work is under `if __name__ == "__main__":`, and for
     nothing else."""
+    import multiprocessing
+
     if multiprocessing.current_process().daemon:
         return False
     if process_context().get_start_method() == "fork":
@@ -82,99 +82,16 @@ def can_start_processes() -> bool:
         return False
 
 
-# ------------------------------------------------------------ in the workers
-def worker_init(parent: int, ignore_interrupts: bool = True) -> None:
-    """Initializer of worker processes (children of `parent`): Ctrl-C is
-    the main process's to handle (unless ignore_interrupts is False), and a
-    worker never outlives it."""
-    if ignore_interrupts:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the CLI's handler
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            PR_SET_PDEATHSIG = 1
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # when the thread that started it ends (WorkerProcesses)
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent:  # it died while this one was starting
-        os._exit(1)
-    keep_freed_memory()
-    threading.Thread(target=_watch, args=(parent,), daemon=True, name=WATCH_THREAD).start()
-
-
-def _watch(parent: int) -> None:
-    """Exit once the parent is gone (reparented: dead, even if not yet reaped)."""
-    while os.getppid() == parent:
-        time.sleep(0.2)
-    os._exit(1)
-
-
-def warm_up() -> int:
-    """A no-op job: starts a worker before the first job needs it."""
-    return os.getpid()
-
-
-# ------------------------------------------------------------ the pool
-class WorkerProcesses(ProcessPoolExecutor):
-    """Worker processes, all started at once.
-
-    Forked workers start here, in a few milliseconds. Spawned ones (about
-    0.7 s for two, measured) start from a thread of their own, so that the
-    start overlaps the caller's work (a scan, the learning), and so that a
-    KeyboardInterrupt, which only the main thread receives, cannot land in
-    the middle of a process start (a half-started worker would be orphaned
-    and print a traceback). That thread lives until shutdown: a worker's
-    death signal (PR_SET_PDEATHSIG) is tied to the thread that started it.
-    `shared`: whether chunk results can come back through /dev/shm files
-    (shared.py)."""
-
-    def __init__(self, workers: int, ignore_interrupts: bool = True):
-        from . import shared
-
-        context = process_context()
-        shared.remove_stale_batches()
-        self.shared = os.path.isdir(shared.SHM_DIR)
-        super().__init__(workers, mp_context=context, initializer=worker_init,
-                         initargs=(os.getpid(), ignore_interrupts))
-        self.closing = threading.Event()
-        self.starter: threading.Thread | None = None
-        if context.get_start_method() == "fork":
-            self.submit(warm_up)  # forks every worker now, before any thread of ours exists
-        else:
-            self.starter = threading.Thread(target=self._start, args=(workers,), name="brevis-start-workers",
-                                            daemon=True)
-            self.starter.start()
-
-    def _start(self, workers: int) -> None:
-        try:
-            for _ in range(workers):  # each no-op job starts one more process
-                self.submit(warm_up)
-        except RuntimeError:  # shut down before the start finished
-            pass
-        self.closing.wait()
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        try:
-            super().shutdown(wait=wait, cancel_futures=cancel_futures)
-        finally:
-            self.closing.set()
-            if self.starter is not None:
-                self.starter.join()
-
-
 class Workers:
     """What open_workers gives: worker processes (`executor`), or None where
     they would not pay. Entered, it gives the executor (or None); left, it
     shuts the processes down, dropping queued jobs (Ctrl-C, errors: the
     jobs running are short)."""
 
-    def __init__(self, executor: WorkerProcesses | None):
+    def __init__(self, executor: "WorkerProcesses | None"):
         self.executor = executor
 
-    def __enter__(self) -> WorkerProcesses | None:
+    def __enter__(self) -> "WorkerProcesses | None":
         return self.executor
 
     def __exit__(self, *exc) -> None:
@@ -188,9 +105,9 @@ class Workers:
 def wants_processes(threads: int, total_bytes: int = 0, min_bytes: int = 0, processes: bool | None = None,
                     min_workers: int = 2) -> bool:
     """open_workers' decision, without starting anything."""
-    if threads < min_workers or processes is False or not can_start_processes():
+    if threads < min_workers or processes is False or not (processes or total_bytes >= min_bytes):
         return False
-    return bool(processes) or total_bytes >= min_bytes
+    return can_start_processes()
 
 
 def open_workers(threads: int, total_bytes: int = 0, min_bytes: int = 0, processes: bool | None = None, *,
@@ -207,5 +124,29 @@ def open_workers(threads: int, total_bytes: int = 0, min_bytes: int = 0, process
     executor:`); `ignore_interrupts=False` leaves SIGINT to the workers."""
     if not wants_processes(threads, total_bytes, min_bytes, processes, min_workers):
         return Workers(None)
+    from .executor import WorkerProcesses
+
     return Workers(WorkerProcesses(threads, ignore_interrupts))
+
+
+def ours(executor) -> bool:
+    """Whether `executor` is a WorkerProcesses (none exists before
+    executor.py is loaded, which this does not load)."""
+    module = sys.modules.get(f"{__package__}.executor")
+    return module is not None and isinstance(executor, module.WorkerProcesses)
+
+
+def broken_pool(error: BaseException) -> bool:
+    """Whether `error` is concurrent.futures' BrokenProcessPool (none is
+    raised before its module is loaded, which this does not load)."""
+    module = sys.modules.get("concurrent.futures.process")
+    return module is not None and isinstance(error, module.BrokenProcessPool)
+
+
+def __getattr__(name: str):
+    if name == "WorkerProcesses":  # where it lives since executor.py
+        from .executor import WorkerProcesses
+
+        return WorkerProcesses
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
