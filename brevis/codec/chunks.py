@@ -24,6 +24,7 @@ from concurrent.futures import Executor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
+from operator import itemgetter
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -570,7 +571,7 @@ def _put_all(sink: Sink, handle, puts: list[tuple[str, object, list]]) -> list[t
     run: list = []
     start = end = 0
     for at, data, within, n in sorted(((at, data, within, n) for _, data, parts in puts for at, within, n in parts),
-                                      key=_first):
+                                      key=itemgetter(0)):
         if run and at != end:
             put_run(handle, run, start)
             run = []
@@ -581,10 +582,6 @@ def _put_all(sink: Sink, handle, puts: list[tuple[str, object, list]]) -> list[t
     if run:
         put_run(handle, run, start)
     return []
-
-
-def _first(piece: tuple) -> int:
-    return piece[0]
 
 
 def _write_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list[tuple[str | None, str]]]:
