@@ -22,7 +22,33 @@ The API is imported on first use, so that `python -m brevis` has its
 signal handling in place before the heavy imports (numpy, zstandard) run.
 """
 
+import os as _os
+import signal as _signal
+import sys as _sys
+
 __version__ = "0.1.0"
+
+
+def _interrupted_while_importing(signum, frame):
+    _os.write(2, b"brevis: interrupted\n")
+    _os._exit(130)
+
+
+# Ctrl-C while the `brevis` script imports its command (numpy, zstandard,
+# Brevis: tens of milliseconds, more on a loaded machine), before main() has
+# its handlers: one line and exit 130, not a traceback. Set here, the first
+# Brevis code the script runs, so that the window left is Python's own start
+# (cli.main puts the default handler back). Only for the `brevis` script: a
+# program importing the API keeps its own handling, and signal.signal fails
+# off the main thread.
+_GUARD_IMPORTS = False
+if _sys.argv and _os.path.basename(_sys.argv[0]) == "brevis" \
+        and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+    try:
+        _signal.signal(_signal.SIGINT, _interrupted_while_importing)
+        _GUARD_IMPORTS = True
+    except ValueError:  # not the main thread
+        pass
 
 _API = {"compress", "decompress", "unpack", "explain", "inspect", "learn_prior", "verify",
         "compress_many", "Archive", "extract", "ls", "open_archive", "cat", "default_archive",

@@ -18,21 +18,9 @@ from contextlib import ExitStack as contextlib_exit, contextmanager
 from pathlib import Path
 
 
-def _interrupted_while_importing(signum, frame):
-    os.write(2, b"brevis: interrupted\n")
-    os._exit(130)
+from . import _GUARD_IMPORTS  # Ctrl-C during the imports: see brevis/__init__.py
 
-
-# Ctrl-C while the imports below run (numpy, zstandard, Brevis: about half a
-# second), before main() has its handlers: one line and exit 130, not a
-# traceback. Only for the `brevis` command, whose script imports this
-# module first (python -m brevis: see __main__.py); nothing is started yet.
 _SCRIPT = os.path.basename(sys.argv[0]) if sys.argv else ""
-_GUARD_IMPORTS = (_SCRIPT == "brevis"
-                  and threading.current_thread() is threading.main_thread()
-                  and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
-if _GUARD_IMPORTS:
-    signal.signal(signal.SIGINT, _interrupted_while_importing)
 
 # numpy's OpenBLAS starts a thread per core that spins for about 0.1 s of CPU
 # after the import (0.18 s of CPU for `import numpy` and a second's sleep,

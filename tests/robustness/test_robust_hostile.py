@@ -464,6 +464,21 @@ def test_an_archive_carrying_a_bad_prior(tmp_path, seed, prior):
             Prior.from_json(reader.index.prior)
 
 
+def _wait_until_mapped(p: subprocess.Popen, library: str, timeout: float = 30.0) -> bool:
+    """Poll /proc until the process maps `library`; False where /proc cannot
+    tell (not Linux) or the process ended first."""
+    maps = Path(f"/proc/{p.pid}/maps")
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and p.poll() is None:
+        try:
+            if library in maps.read_text():
+                return True
+        except OSError:
+            return False
+        time.sleep(0.0005)
+    return False
+
+
 def test_ctrl_c_while_the_brevis_command_imports(tmp_path):
     """The `brevis` script imports brevis.cli (numpy, zstandard...) before
     main() runs: Ctrl-C then printed a traceback and died by SIGINT."""
@@ -473,10 +488,19 @@ def test_ctrl_c_while_the_brevis_command_imports(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
     (src / "a.bin").write_bytes(b"x")
-    for delay in (0.1, 0.2, 0.35):
+    # First the moment numpy's core is mapped (Brevis imports it after the
+    # guard is set; a fixed delay can land in Python's own start on a loaded
+    # machine, before any Brevis code runs), then later moments.
+    for delay in ("numpy", 0.2, 0.35):
         p = subprocess.Popen([str(script), "compress", str(src), "-o", str(tmp_path / "a.brv")], env=ENV,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(delay)
+        if delay == "numpy":
+            if not _wait_until_mapped(p, "_multiarray_umath"):
+                p.kill()
+                p.communicate()
+                continue
+        else:
+            time.sleep(delay)
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=60)
         if p.returncode == 0 or (p.returncode == -signal.SIGINT and out and not err
