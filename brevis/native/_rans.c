@@ -776,6 +776,97 @@ static int wide_avx2(WIDE_PARAMS) { return wide_body(WIDE_ARGS); }
 __attribute__((target("avx2,avx512f,avx512vl,avx512bw,avx512dq")))
 static int wide_avx512(WIDE_PARAMS) { return wide_body(WIDE_ARGS); }
 
+/* The same steps on 512-bit vectors, for CPUs with AVX-512 VBMI2 as well:
+ * two vectors of sixteen states instead of four of eight (half the
+ * instructions, each gather taking twice the items), and a vector's words
+ * placed by one expand (VBMI2) of the next sixteen into the lanes that
+ * renormalize, in lane order as wide_perm places them (the register form:
+ * AMD's Zen 4 runs the memory forms of compress and expand slowly). A
+ * group reads at most 64 bytes of words past its start, as wide_body's.
+ * The same values as wide_body (the tests run both). */
+#if (defined(__clang__) && __clang_major__ >= 7) || (!defined(__clang__) && __GNUC__ >= 8)  /* VBMI2's intrinsics */
+#define HAVE_WIDE_ZMM 1
+__attribute__((target("avx2,avx512f,avx512vl,avx512bw,avx512dq,avx512vbmi2,popcnt")))
+static int wide_zmm(WIDE_PARAMS) {
+    __m512i x[2];
+    for (int g = 0; g < 2; g++) x[g] = _mm512_loadu_si512((const void *)(xs + 16 * g));
+    const __m512i mask = _mm512_set1_epi32((int)((1u << P) - 1)), lo16 = _mm512_set1_epi32(0xffff);
+    const __m512i low = _mm512_set1_epi32(RANS_L), one = _mm512_set1_epi32(1), seven = _mm512_set1_epi32(7);
+    const __m512i low6 = _mm512_set1_epi32(63), zero = _mm512_setzero_si512();
+    /* the low (even) and high (odd) 32-bit halves of two vectors of eight 64-bit items, in lane order */
+    const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m128i shift = _mm_cvtsi32_si128(P);
+    uint64_t at = *wat;
+    uint32_t pos = (uint32_t)*opos;
+    int bad = 0;
+    Py_ssize_t grp = 0;
+    for (; grp < groups && at <= wsafe && pos <= osafe; grp++) {
+        __m512i v[2], r[2], wd[2];
+        for (int g = 0; g < 2; g++) {
+            __m512i slot = _mm512_and_si512(x[g], mask);
+            __m512i ea = _mm512_i32gather_epi64(_mm512_castsi512_si256(slot), (const void *)etab, 8);
+            __m512i eb = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(slot, 1), (const void *)etab, 8);
+            __m512i e = _mm512_permutex2var_epi32(ea, evens, eb);
+            v[g] = _mm512_permutex2var_epi32(ea, odds, eb);
+            if (width != 4) wd[g] = _mm512_srli_epi32(v[g], 16);
+            else if (wtab) wd[g] = _mm512_i32gather_epi32(slot, (const void *)wtab, 4);
+            else {  /* the width in the low 6 bits of the lower value, which are zero */
+                wd[g] = _mm512_and_si512(v[g], low6);
+                v[g] = _mm512_andnot_si512(low6, v[g]);
+            }
+            x[g] = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(e, lo16), _mm512_srl_epi32(x[g], shift)),
+                                    _mm512_srli_epi32(e, 16));
+        }
+        for (int g = 0; g < 2; g++) {
+            __mmask16 m = _mm512_cmplt_epu32_mask(x[g], low);
+            __m256i next = _mm256_loadu_si256((const __m256i *)(words + at));  /* 16 words: the most it takes */
+            __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_expand_epi16(m, next));
+            x[g] = _mm512_mask_or_epi32(x[g], m, _mm512_slli_epi32(x[g], 16), w);
+            at += 2 * (uint64_t)__builtin_popcount((unsigned)m);
+        }
+        for (int g = 0; g < 2; g++) {
+            __m512i t = _mm512_add_epi32(wd[g], _mm512_alignr_epi32(wd[g], zero, 15));  /* inclusive prefix sum */
+            t = _mm512_add_epi32(t, _mm512_alignr_epi32(t, zero, 14));
+            t = _mm512_add_epi32(t, _mm512_alignr_epi32(t, zero, 12));
+            t = _mm512_add_epi32(t, _mm512_alignr_epi32(t, zero, 8));
+            __m512i p = _mm512_add_epi32(_mm512_set1_epi32((int)pos), _mm512_sub_epi32(t, wd[g]));
+            __m512i at8 = _mm512_srli_epi32(p, 3), bit = _mm512_and_si512(p, seven);
+            /* a width of 32 shifts the mask's 1 out: all ones, as it should */
+            __m512i keep = _mm512_sub_epi32(_mm512_sllv_epi32(one, wd[g]), one);
+            if (width == 4) {  /* up to 7 + 32 bits from each lane's byte: 64-bit items */
+                __m512i oa = _mm512_i32gather_epi64(_mm512_castsi512_si256(at8), (const void *)offs, 1);
+                __m512i ob = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(at8, 1), (const void *)offs, 1);
+                oa = _mm512_srlv_epi64(oa, _mm512_cvtepu32_epi64(_mm512_castsi512_si256(bit)));
+                ob = _mm512_srlv_epi64(ob, _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(bit, 1)));
+                __m512i got = _mm512_permutex2var_epi32(oa, evens, ob);
+                r[g] = _mm512_add_epi32(v[g], _mm512_and_si512(got, keep));
+            } else {
+                __m512i got = _mm512_srlv_epi32(_mm512_i32gather_epi32(at8, (const void *)offs, 1), bit);
+                r[g] = _mm512_add_epi32(_mm512_and_si512(v[g], lo16), _mm512_and_si512(got, keep));
+            }
+            pos += (uint32_t)_mm_extract_epi32(_mm512_extracti32x4_epi32(t, 3), 3);
+        }
+        if (width == 4) {
+            _mm512_storeu_si512((void *)(out + 128 * grp), r[0]);
+            _mm512_storeu_si512((void *)(out + 128 * grp + 64), r[1]);
+        } else if (width == 1) {
+            _mm_storeu_si128((__m128i *)(out + 32 * grp), _mm512_cvtepi32_epi8(r[0]));
+            _mm_storeu_si128((__m128i *)(out + 32 * grp + 16), _mm512_cvtepi32_epi8(r[1]));
+        } else {
+            _mm256_storeu_si256((__m256i *)(out + 64 * grp), _mm512_cvtepi32_epi16(r[0]));
+            _mm256_storeu_si256((__m256i *)(out + 64 * grp + 32), _mm512_cvtepi32_epi16(r[1]));
+        }
+        if (at > wlimit || pos > olimit) { bad = 1; grp++; break; }
+    }
+    for (int g = 0; g < 2; g++) _mm512_storeu_si512((void *)(xs + 16 * g), x[g]);
+    *wat = at;
+    *opos = pos;
+    *done = grp;
+    return bad;
+}
+#endif
+
 /* encode_body's wide groups, eight states a vector: the same steps as
  * its ENC, state by state (the tests hold the two to the same bytes).
  * rec[2 * bin]: m | x_max << 32 (x_max < 2^32: a block of two bins or
@@ -877,17 +968,29 @@ CPU_HAS(cpu_has_avx512vl, "avx512vl")
 CPU_HAS(cpu_has_avx512bw, "avx512bw")
 CPU_HAS(cpu_has_avx512dq, "avx512dq")
 #endif
+#ifdef HAVE_WIDE_ZMM
+CPU_HAS(cpu_has_avx512vbmi2, "avx512vbmi2")
+#endif
 
 /* Whether the AVX2 kernels' AVX-512 builds run (`simd` 1: whatever the
- * CPU has; 2: AVX2 alone, which the tests hold to the same values). */
+ * CPU has; 3: the AVX-512 builds of the 256-bit kernels, not the 512-bit
+ * one; 2: AVX2 alone; the tests hold them all to the same values). */
 static int wide_avx512_usable(int simd) {
 #ifdef HAVE_WIDE_AVX2
-    return simd == 1 && cpu_has_avx512f() && cpu_has_avx512vl() && cpu_has_avx512bw() && cpu_has_avx512dq();
+    return (simd == 1 || simd == 3) && cpu_has_avx512f() && cpu_has_avx512vl() && cpu_has_avx512bw()
+           && cpu_has_avx512dq();
 #else
     (void)simd;
     return 0;
 #endif
 }
+
+#ifdef HAVE_WIDE_ZMM
+/* Whether the 512-bit wide kernel runs (wide_zmm: `simd` 1 only). */
+static int wide_zmm_usable(int simd) {
+    return simd == 1 && wide_avx512_usable(simd) && cpu_has_avx512vbmi2();
+}
+#endif
 
 /* Whether the AVX2 kernels run here. */
 static int wide_simd_usable(void) {
@@ -948,6 +1051,9 @@ static const char *decode_wide(const uint8_t *in, Py_ssize_t inlen, const uint8_
 #ifdef HAVE_WIDE_AVX2
         avx2 = simd && 8 * (olen + WIDE_READS) < ((uint64_t)1 << 31) && wide_simd_usable();
         int (*kernel)(WIDE_PARAMS) = wide_avx512_usable(simd) ? wide_avx512 : wide_avx2;
+#ifdef HAVE_WIDE_ZMM
+        if (wide_zmm_usable(simd)) kernel = wide_zmm;
+#endif
 #endif
         Py_ssize_t groups = n / lanes, done = 0;
         while (!bad && done < groups) {
@@ -1926,7 +2032,8 @@ static const char *decode_calls(call_t *calls, Py_ssize_t count, int simd, Py_ss
 /* decode_stream(stream, n, width, bits, out, simd=1) -> None: stream_decode,
  * the GIL released; simd=0: wide blocks without the AVX2 kernel, narrow ones
  * without BMI2; simd=2: the AVX2 kernels' AVX2 builds where the CPU has
- * AVX-512 too (tests). */
+ * AVX-512 too; simd=3: their AVX-512 builds, not the 512-bit wide kernel
+ * (tests). */
 static PyObject *rans_decode_stream(PyObject *self, PyObject *args) {
     PyObject *o[2];
     call_t c = {{{0}}};
