@@ -386,6 +386,37 @@ def test_verify_reports_missing_and_extra_source_files(bigger, tmp_path):
     assert {p["file"] for p in report["problems"]} == {"config.json", "extra.txt"}
 
 
+def test_unpack_puts_small_files_in_one_buffer(tmp_path, monkeypatch):
+    """Files under HUGE_PAGE_ARRAY share one buffer (numpy advises it for
+    huge pages) where they add up to HUGE_PAGE_ARRAY to SHARED_MOST, each
+    in a view of its own that no other overlaps; a larger file has its own
+    buffer; every byte comes back."""
+    from brevis.codec import decoder
+
+    monkeypatch.setattr(decoder, "HUGE_PAGE_ARRAY", 100_000)
+    monkeypatch.setattr(decoder, "SHARED_MOST", 1_000_000)
+    views = decoder._output_buffers([60_000, 0, 150_000, 50_000, 99_999])
+    assert [len(v) for v in views] == [60_000, 0, 150_000, 50_000, 99_999]
+    small = [views[k] for k in (0, 1, 3, 4)]
+    assert all(v.base is small[0].base and v.base is not None for v in small)
+    assert views[2].base is None  # an array of its own
+    starts = [v.ctypes.data - small[0].base.ctypes.data for v in (views[0], views[3], views[4])]
+    assert starts == [0, 60_000, 110_000]  # consecutive, none overlapping (the empty one takes no bytes)
+    assert all(v.base is None for v in decoder._output_buffers([60_000, 30_000]))  # under the threshold together
+    assert all(v.base is None for v in decoder._output_buffers([99_999] * 11))  # past SHARED_MOST
+
+    rng = np.random.default_rng(3)
+    src = tmp_path / "s"
+    src.mkdir()
+    sizes = {"a.bin": 70_000, "b.npy": 40_000, "c.bin": 120_000, "empty": 0}
+    for name, n in sizes.items():
+        (src / name).write_bytes(rng.integers(0, 7, n, dtype=np.uint8).tobytes())
+    archive = tmp_path / "s.brv"
+    brevis.compress(src, archive)
+    got = brevis.unpack(archive.read_bytes(), threads=2)
+    assert {name: bytes(v) for name, v in got.items()} == {name: (src / name).read_bytes() for name in sizes}
+
+
 def test_unpack_makes_its_output_while_the_index_is_checked(tmp_path, monkeypatch):
     """Where the output is large enough (here: any size), unpack
     makes its buffers from the index as parsed and faults them in on a

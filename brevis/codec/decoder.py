@@ -160,19 +160,43 @@ class _EarlyBuffers:
         return _output_buffers(sizes)
 
 
+# numpy advises the memory of arrays of 4 MiB or more for huge pages; a
+# smaller file's buffer gets the base pages, a fault each 4 KiB.
+HUGE_PAGE_ARRAY = 4 << 20
+SHARED_MOST = 64 << 20  # the most small files' bytes one buffer holds (one file's view keeps it all)
+
+
 def _output_buffers(sizes: list[int]) -> list[np.ndarray]:
-    """A buffer a file, for unpack. (Files under 4 MiB sharing one buffer
-    advised for huge pages, eb9dafa, gave silero a better median, 8.28 ->
-    7.34 ms, but no better mean, 8.32 / 8.32 over 120 runs, the huge
-    pages' faults now and then slower: p90 8.51 -> 12.13. The other way,
-    files of 4 MiB or more, which numpy advises for huge pages, given base
-    pages instead (a private mapping of their own, MADV_NOHUGEPAGE; 2026-12-
-    05, eight fresh processes each, interleaved, best / median / mean ms):
-    easyocr 55 / 99 / 135 -> 68 / 70 / 72, piper 43 / 97 / 94 -> 49 / 52 /
-    52, astra 112 / 126 / 192 -> 145 / 152 / 152, the host's huge pages
-    often slow to come; kept as numpy makes them: base pages were a
-    fifth slower at the best, the run in which the host had them ready.)"""
-    return [np.empty(n, np.uint8) for n in sizes]
+    """A buffer a file, for unpack: files under HUGE_PAGE_ARRAY share one
+    (consecutive views of it), which numpy advises for huge pages, where
+    they add up to HUGE_PAGE_ARRAY to SHARED_MOST; the others have their
+    own. Measured on the Intel Xeon, 2026-12-05, one-shot unpack at 2
+    threads in fresh processes, interleaved, median / mean ms: silero (5.8
+    MB, three files of about 2 MB) 11.73 / 11.49 -> 10.50 / 10.55 (20 each;
+    another 20: 10.43 / 10.51 -> 9.66 / 9.79), taesd (7.9 MB) 16.84 /
+    16.74 -> 16.00 / 15.92 (16), deepfilternet (8.6 MB) 9.16 / 9.36 ->
+    8.60 / 9.17 (16). On the AMD EPYC (eb9dafa) silero's median gained too,
+    8.28 -> 7.34 ms, its mean not (8.32 / 8.32 over 120 runs), its p90 lost
+    (8.51 -> 12.13): that host's huge pages are now and then slow to come.
+    (Files of 4 MiB or more given base pages instead, a mapping of their own
+    with MADV_NOHUGEPAGE, on the AMD EPYC, eight fresh processes each,
+    best / median / mean ms: easyocr 55 / 99 / 135 -> 68 / 70 / 72, piper
+    43 / 97 / 94 -> 49 / 52 / 52, astra 112 / 126 / 192 -> 145 / 152 /
+    152; kept as numpy makes them: base pages were a fifth slower at the
+    best, the run in which the host had them ready. An anonymous mapping
+    advised for huge pages, aligned to them, for the shared buffer: silero
+    10.34 -> 12.32 ms mean, taesd 14.37 -> 16.20, on the Intel Xeon.)"""
+    small = sum(n for n in sizes if n < HUGE_PAGE_ARRAY)
+    if not HUGE_PAGE_ARRAY <= small <= SHARED_MOST:
+        return [np.empty(n, np.uint8) for n in sizes]
+    shared, at, out = np.empty(small, np.uint8), 0, []
+    for n in sizes:
+        if n < HUGE_PAGE_ARRAY:
+            out.append(shared[at:at + n])
+            at += n
+        else:
+            out.append(np.empty(n, np.uint8))
+    return out
 
 
 def _decompress(reader: ArchiveReader, output, how: Executing, force: bool, progress: Progress, base,
