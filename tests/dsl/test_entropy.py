@@ -312,6 +312,33 @@ def test_wide_blocks_c_python_and_both_c_kernels_agree(kind, bits, n, monkeypatc
     assert Ans().encode(x, t) == stream
 
 
+@pytest.mark.parametrize("n", [3_000, 30_000])
+def test_narrow_blocks_with_few_offset_bytes(n, monkeypatch):
+    """A narrow block whose offsets are fewer bytes than a batch may read
+    (exponent bytes: the rare values binned coarsely, with offsets) reads
+    its last offsets from a copy padded with zeros, with unchecked loads:
+    every decoder gives the values back, and flipped or cut, every decoder
+    refuses the same streams or gives the same values."""
+    monkeypatch.setattr(entropy, "choose_block", lambda values, t: 0)
+    rng = np.random.default_rng(5)
+    x = rng.choice(np.array([120, 121, 122, 123], np.uint8), n, p=[0.4, 0.3, 0.2, 0.1])
+    rare = rng.random(n) < 0.01
+    x[rare] = rng.integers(0, 256, int(rare.sum()), dtype=np.uint8)
+    t = Field(8)
+    stream = Ans().encode(x, t)
+    assert stream[0] == 0  # one narrow block
+    for out in decoders(stream, n, t, monkeypatch):
+        assert np.array_equal(out, x)
+    for _ in range(30):
+        damaged = bytearray(stream)
+        damaged[rng.integers(len(damaged))] ^= 1 << rng.integers(8)
+        first, *others = decoders(bytes(damaged), n, t, monkeypatch)
+        assert all((first is None) == (other is None) for other in others)
+        assert first is None or all(np.array_equal(first, other) for other in others)
+    for cut in list(rng.integers(1, len(stream), 10)) + [len(stream) - 1]:
+        assert decoders(stream[:cut], n, t, monkeypatch) == [None] * (len(SIMD_LEVELS) + 1)
+
+
 @pytest.mark.parametrize("bits", [4, 8, 16, 20, 32])
 def test_damaged_wide_streams_fail_alike_in_every_decoder(bits, monkeypatch):
     """Blocked wide streams, flipped and cut: the kernels read zeros past a
