@@ -312,6 +312,20 @@ def test_wide_blocks_c_python_and_both_c_kernels_agree(kind, bits, n, monkeypatc
     assert Ans().encode(x, t) == stream
 
 
+def assert_damage_alike(stream: bytes, n: int, t: Field, monkeypatch, rng, flips: int, extra_cuts: list[int]):
+    """`flips` copies of the stream with one bit flipped: every decoder
+    refuses the same ones or gives the same values; cut short (at ten
+    random places and `extra_cuts`): every decoder refuses it."""
+    for _ in range(flips):
+        damaged = bytearray(stream)
+        damaged[rng.integers(len(damaged))] ^= 1 << rng.integers(8)
+        first, *others = decoders(bytes(damaged), n, t, monkeypatch)
+        assert all((first is None) == (other is None) for other in others)
+        assert first is None or all(np.array_equal(first, other) for other in others)
+    for cut in list(rng.integers(1, len(stream), 10)) + extra_cuts:
+        assert decoders(stream[:cut], n, t, monkeypatch) == [None] * (len(SIMD_LEVELS) + 1)
+
+
 @pytest.mark.parametrize("n", [3_000, 30_000])
 def test_narrow_blocks_with_few_offset_bytes(n, monkeypatch):
     """A narrow block whose offsets are fewer bytes than a batch may read
@@ -329,14 +343,7 @@ def test_narrow_blocks_with_few_offset_bytes(n, monkeypatch):
     assert stream[0] == 0  # one narrow block
     for out in decoders(stream, n, t, monkeypatch):
         assert np.array_equal(out, x)
-    for _ in range(30):
-        damaged = bytearray(stream)
-        damaged[rng.integers(len(damaged))] ^= 1 << rng.integers(8)
-        first, *others = decoders(bytes(damaged), n, t, monkeypatch)
-        assert all((first is None) == (other is None) for other in others)
-        assert first is None or all(np.array_equal(first, other) for other in others)
-    for cut in list(rng.integers(1, len(stream), 10)) + [len(stream) - 1]:
-        assert decoders(stream[:cut], n, t, monkeypatch) == [None] * (len(SIMD_LEVELS) + 1)
+    assert_damage_alike(stream, n, t, monkeypatch, rng, 30, [len(stream) - 1])
 
 
 @pytest.mark.parametrize("bits", [4, 8, 16, 20, 32])
@@ -350,14 +357,7 @@ def test_damaged_wide_streams_fail_alike_in_every_decoder(bits, monkeypatch):
     stream = Ans().encode(x, t)
     assert stream[0] == entropy.WIDE | 12
     rng = np.random.default_rng(12)
-    for _ in range(40):
-        damaged = bytearray(stream)
-        damaged[rng.integers(len(damaged))] ^= 1 << rng.integers(8)
-        first, *others = decoders(bytes(damaged), len(x), t, monkeypatch)
-        assert all((first is None) == (other is None) for other in others)
-        assert first is None or all(np.array_equal(first, other) for other in others)
-    for cut in list(rng.integers(1, len(stream), 10)) + [1, 2, 140]:
-        assert decoders(stream[:cut], len(x), t, monkeypatch) == [None] * (len(SIMD_LEVELS) + 1)
+    assert_damage_alike(stream, len(x), t, monkeypatch, rng, 40, [1, 2, 140])
     # A block whose rANS part (four states, each 2**16) is shorter than its 32 states.
     block = bytes([8, 0b01, 0xFF, 0x01, 16]) + (1 << 16).to_bytes(4, "little") * 4 + bytes(2)  # + 16 offset bits
     for module in (entropy._rans, None):
