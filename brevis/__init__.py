@@ -41,9 +41,9 @@ def _interrupted_while_importing(signum, frame):
 # (cli.main puts the default handler back). Only for the `brevis` script: a
 # program importing the API keeps its own handling, and signal.signal fails
 # off the main thread.
+_SCRIPT = _os.path.basename(_sys.argv[0]) if _sys.argv else ""  # "brevis": the command's script
 _GUARD_IMPORTS = False
-if _sys.argv and _os.path.basename(_sys.argv[0]) == "brevis" \
-        and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+if _SCRIPT == "brevis" and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
     try:
         _signal.signal(_signal.SIGINT, _interrupted_while_importing)
         _GUARD_IMPORTS = True

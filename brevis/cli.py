@@ -18,9 +18,7 @@ from contextlib import ExitStack as contextlib_exit, contextmanager
 from pathlib import Path
 
 
-from . import _GUARD_IMPORTS  # Ctrl-C during the imports: see brevis/__init__.py
-
-_SCRIPT = os.path.basename(sys.argv[0]) if sys.argv else ""
+from . import _GUARD_IMPORTS, _SCRIPT  # Ctrl-C during the imports: see brevis/__init__.py
 
 # numpy's OpenBLAS starts a thread per core that spins for about 0.1 s of CPU
 # after the import (0.18 s of CPU for `import numpy` and a second's sleep,
