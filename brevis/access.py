@@ -7,7 +7,8 @@
 `brevis.open` returns an `Archive`: a read-only Mapping from tensor name to
 numpy array. Only the index is read at open (header, footer, index); a
 tensor is read and decoded when it is asked for, and only its own chunks
-are read, each checked against its CRCs and digest. Nothing is cached:
+are read, each checked against its digest (and its streams' checks,
+where it fails, to name the damaged one). Nothing is cached:
 asking twice decodes twice.
 
 Names. The tensors are the typed segments of every file (safetensors,

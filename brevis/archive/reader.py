@@ -151,32 +151,41 @@ class ArchiveReader:
         return data
 
     def decode_chunk(self, seg: SegmentEntry, chunk: Chunk, reference: np.ndarray | None = None,
-                     into: np.ndarray | None = None, stored: list[memoryview] | None = None) -> np.ndarray:
+                     into: np.ndarray | None = None, stored: list[memoryview] | None = None,
+                     streams_first: bool = False) -> np.ndarray:
         """The original bytes of one chunk (uint8), checked against its digest.
 
         `reference`: the base tensor's elements at the chunk's positions, for
         a chunk coded against a base. `into`: a writable uint8 array of the
         chunk's length to decode into (returned; its bytes are undefined if
-        this raises). `stored`: the chunk's streams, read already (read_runs)."""
-        streams = self._checked_streams(seg, chunk, stored)
+        this raises). `stored`: the chunk's streams, read already (read_runs).
+        `streams_first`: each stream's check made before decoding (verify),
+        else only where the chunk fails, to tell a damaged stream
+        as such: its digest guards every byte it gives back."""
+        streams = self._stored(chunk.streams) if stored is None else stored
+        if streams_first:
+            self._check_streams(seg, chunk, streams)
         target = self._target(seg, chunk, into)
         try:
-            values = decode(seg.programs[chunk.program], seg.value_type, chunk.n, streams, reference, target)
+            try:
+                values = decode(seg.programs[chunk.program], seg.value_type, chunk.n, streams, reference, target)
+            except BrevisError:
+                raise
+            except (ValueError, TypeError, IndexError, OverflowError, MemoryError) as e:
+                raise FormatError(f"segment {seg.name!r}{seg.holding()}: a stream does not decode ({e})") from None
+            data = values.view(np.uint8) if into is None else into
+            self._check_digest(seg, chunk, data)
         except BrevisError:
+            if not streams_first:
+                self._check_streams(seg, chunk, streams)  # a damaged stream is told as such
             raise
-        except (ValueError, TypeError, IndexError, OverflowError, MemoryError) as e:
-            raise FormatError(f"segment {seg.name!r}{seg.holding()}: a stream does not decode ({e})") from None
-        data = values.view(np.uint8) if into is None else into
-        self._check_digest(seg, chunk, data)
         return data
 
-    def _checked_streams(self, seg: SegmentEntry, chunk: Chunk, stored) -> list[memoryview]:
-        """A chunk's stored streams (read now unless `stored`), each matching its check."""
-        streams = self._stored(chunk.streams) if stored is None else stored
+    def _check_streams(self, seg: SegmentEntry, chunk: Chunk, streams: list[memoryview]) -> None:
+        """ChecksumError naming the first of a chunk's streams that does not match its check."""
         for k, ((off, _, crc), data) in enumerate(zip(chunk.streams, streams)):
             if self.stream_check(data) != crc:
                 raise ChecksumError(f"segment {seg.name!r}{seg.holding()}: stream {k} at offset {off} is damaged")
-        return streams
 
     @staticmethod
     def _target(seg: SegmentEntry, chunk: Chunk, into) -> np.ndarray | None:
@@ -191,15 +200,17 @@ class ArchiveReader:
         if self.chunk_digest(data) != chunk.digest:
             raise ChecksumError(f"segment {seg.name!r}{seg.holding()}: decoded bytes do not match their checksum")
 
-    def decode_chunks(self, items) -> list[np.ndarray]:
+    def decode_chunks(self, items, streams_first: bool = False) -> list[np.ndarray]:
         """decode_chunk for each (segment, chunk, reference, into, stored) in
         order, raising at the first damaged one. The chunks that one `ans`
         leaf codes (without a base) decode in one call that releases the GIL
         once (entropy.decode_batch), those decoded on their own between them
         (a bias stored raw) leaving it open: decoding threads otherwise hand
         the GIL over at every small chunk (taesd, 2 threads, warm: 9.2 ->
-        7.1 ms with the batch left open). That call checks the batch's
-        streams too (format version 3 on) and its chunks' digests (7 on)."""
+        7.1 ms with the batch left open). That call checks its chunks'
+        digests too (format version 7 on), and their streams' checks where
+        `streams_first` (format version 3 on; else a failing chunk's, as
+        decode_chunk)."""
         out: list = []
         batch: list = []  # (position in out, segment, chunk, stream, target, into) awaiting decoding
         digest, check = self.chunk_digest, self.stream_check
@@ -210,24 +221,27 @@ class ArchiveReader:
         def flush() -> None:
             if not batch:
                 return
-            checks = [(chunk.streams[0][2] if streams_in_call else -1, chunk.digest if digests_in_call else None)
+            checks = [(chunk.streams[0][2] if streams_in_call and streams_first else -1,
+                       chunk.digest if digests_in_call else None)
                       for _, _, chunk, _, _, _ in batch]
             try:
                 decode_batch([(stream, chunk.n, seg.value_type, target) for _, seg, chunk, stream, target, _ in batch],
                              checks)
             except FormatError as e:
-                seg, chunk = batch[e.position][1:3]
+                seg, chunk, stream = batch[e.position][1:4]
                 told = f"segment {seg.name!r}{seg.holding()}"
-                if e.kind == 1:
+                if e.kind == 1 or check(stream) != chunk.streams[0][2]:
                     raise ChecksumError(f"{told}: stream 0 at offset {chunk.streams[0][0]} is damaged") from None
                 if e.kind == 2:
                     raise ChecksumError(f"{told}: decoded bytes do not match their checksum") from None
                 raise FormatError(f"{told}: a stream does not decode ({e})") from None
-            for pos, seg, chunk, _, target, into in batch:
+            for pos, seg, chunk, stream, target, into in batch:
                 data = target.view(np.uint8) if into is None else into
                 if not digests_in_call and digest(data) != chunk.digest:
-                    raise ChecksumError(f"segment {seg.name!r}{seg.holding()}: decoded bytes do not match their "
-                                        "checksum")
+                    told = f"segment {seg.name!r}{seg.holding()}"
+                    if check(stream) != chunk.streams[0][2]:
+                        raise ChecksumError(f"{told}: stream 0 at offset {chunk.streams[0][0]} is damaged")
+                    raise ChecksumError(f"{told}: decoded bytes do not match their checksum")
                 out[pos] = data
             batch.clear()
 
@@ -241,7 +255,7 @@ class ArchiveReader:
                     and batchable(program.node, t, target)):
                 stream = self._stored(chunk.streams)[0] if stored is None else stored[0]
                 off, _, crc = chunk.streams[0]
-                if not streams_in_call and check(stream) != crc:
+                if streams_first and not streams_in_call and check(stream) != crc:
                     raise ChecksumError(f"segment {seg.name!r}{seg.holding()}: stream 0 at offset {off} is damaged")
                 target = np.empty(chunk.n, t.container) if target is None else target
                 batch.append((len(out), seg, chunk, stream, target, into))
@@ -251,7 +265,7 @@ class ArchiveReader:
             # stored raw, sit between the large ones): where this one is damaged,
             # the batch is decoded first, so that the first damaged chunk is told.
             try:
-                data = self.decode_chunk(seg, chunk, reference, into, stored)
+                data = self.decode_chunk(seg, chunk, reference, into, stored, streams_first)
             except BrevisError:
                 flush()
                 raise

@@ -118,19 +118,20 @@ class ChunkDecoder:
         ref = self.tensors[id(seg)].read(start, chunk.n * seg.itemsize)
         return np.frombuffer(ref, dtype=seg.value_type.container)
 
-    def decode(self, seg, chunk, start: int, into=None, stored=None):
+    def decode(self, seg, chunk, start: int, into=None, stored=None, streams_first: bool = False):
         """The original bytes (uint8) of one chunk starting `start` bytes into
-        its segment; `into` and `stored` as ArchiveReader.decode_chunk's."""
-        return self.reader.decode_chunk(seg, chunk, self.reference(seg, chunk, start), into, stored)
+        its segment; `into`, `stored` and `streams_first` as
+        ArchiveReader.decode_chunk's."""
+        return self.reader.decode_chunk(seg, chunk, self.reference(seg, chunk, start), into, stored, streams_first)
 
-    def decode_many(self, items) -> list:
+    def decode_many(self, items, streams_first: bool = False) -> list:
         """decode() for each (segment, chunk, start, into, stored), in order
         (ArchiveReader.decode_chunks: small chunks decode in batches)."""
         if self.base is None:  # no chunk reads a base tensor
             return self.reader.decode_chunks([(seg, chunk, None, into, stored)
-                                              for seg, chunk, _, into, stored in items])
+                                              for seg, chunk, _, into, stored in items], streams_first)
         return self.reader.decode_chunks([(seg, chunk, self.reference(seg, chunk, start), into, stored)
-                                          for seg, chunk, start, into, stored in items])
+                                          for seg, chunk, start, into, stored in items], streams_first)
 
     def in_file_order(self, entry) -> list:
         """What rebuilds a file front to back: (segment, chunk, start) to
@@ -623,7 +624,7 @@ def _write_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list
 def _decode_in_one_call(window, stored, placed, buffer, handle) -> tuple[list[int] | None, list]:
     """The chunks of a window that one `ans` or `raw` leaf codes
     (SegmentEntry.in_one_call) decoded in one call of the C decoder, which
-    also makes their stream checks and digests: into the sink's memory
+    also checks their digests: into the sink's memory
     where it offers it (`buffer`) and the chunk lies in one piece of its
     file, else into one buffer beside (a gathered segment's chunk, whose
     pieces the caller puts in their places: pieces()). Returns the
@@ -653,7 +654,9 @@ def _decode_in_one_call(window, stored, placed, buffer, handle) -> tuple[list[in
             out = buffer(handle, offset, length)
         else:
             out, at = scratch[at:at + length], at + length
-        calls.append((stream, chunk.n if lane[0] else length, lane[0], lane[1], out, chunk.streams[0][2], chunk.digest))
+        # No stream check (-1): the digest guards the bytes; where a chunk fails,
+        # the usual way tells a damaged stream.
+        calls.append((stream, chunk.n if lane[0] else length, lane[0], lane[1], out, -1, chunk.digest))
         decoded.append((k, parts, out))
     if not decode_in_place(calls):
         return None, []
@@ -685,7 +688,7 @@ def _check_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list
                     continue
             try:
                 if data is None:
-                    data = decoder.decode(seg, chunk, start, None, streams)
+                    data = decoder.decode(seg, chunk, start, None, streams, streams_first=True)
             except BrevisError as e:
                 problems.append((seg.name + seg.holding(start, length), str(e)))
                 if key is not None:
@@ -722,7 +725,7 @@ def _decode_window(decoder: ChunkDecoder, window, stored, dedup: bool) -> list:
                 continue
         todo.append((k, (seg, chunk, start, None, streams)))
     try:
-        for (k, _), data in zip(todo, decoder.decode_many([item for _, item in todo])):
+        for (k, _), data in zip(todo, decoder.decode_many([item for _, item in todo], streams_first=True)):
             out[k] = data
     except BrevisError:
         return [None] * len(window)

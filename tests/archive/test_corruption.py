@@ -19,7 +19,7 @@ import brevis
 from brevis.archive.format import FOOTER, FOOTER_SIZE, HEADER, HEADER_SIZE, VERSION, Footer, index_digest
 from brevis.archive.reader import ArchiveReader
 from brevis.errors import BrevisError, FormatError, TruncatedError, UnsupportedVersion
-from helpers import deadline, join, small_checkpoint, split, write_safetensors
+from helpers import deadline, join, small_checkpoint, split, tree, write_safetensors
 
 
 
@@ -143,6 +143,55 @@ def test_damaged_archive_decompresses_to_nothing(small, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.brv"]
 
 
+def test_decompress_tells_the_damaged_stream_of_any_leaf(small, tmp_path):
+    """decompress and unpack check a chunk's streams only where it fails
+    (does not decode, or not to its digest): the damaged stream is still
+    named, whichever leaf codes it."""
+    src, archive, data = small
+    with ArchiveReader(archive) as reader:
+        found = {}
+        for f in reader.index.files:
+            for seg in f.segments:
+                for c in seg.chunks:
+                    for k, ((off, length, _), leaf) in enumerate(zip(c.streams, seg.programs[c.program].leaves())):
+                        if length > 16:
+                            found.setdefault(leaf.id, (seg.name, k, off, length))
+    assert {"zstd", "ans"} <= set(found), found
+    for name, k, off, length in found.values():
+        damaged = bytearray(data)
+        damaged[off + length // 2] ^= 0x08
+        path = tmp_path / "bad.brv"
+        path.write_bytes(damaged)
+        told = f"{name!r}: stream {k} at offset {off} is damaged"
+        with pytest.raises(BrevisError, match=told):
+            brevis.decompress(path, tmp_path / "out", threads=1)
+        with pytest.raises(BrevisError, match=told):
+            brevis.unpack(bytes(damaged))
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.brv"]
+
+
+def test_a_stream_check_alone_wrong_is_found_by_verify_alone(small, tmp_path):
+    """Streams intact, one stream's recorded check wrong (what damage to
+    bits no decoder reads comes to): decompress and unpack give every byte
+    back, each chunk matching its digest; verify, which checks every stream
+    before decoding it, names that stream."""
+    src, _, data = small
+    head, index = split(data)
+    for f in index["files"]:
+        for seg in f["segments"]:
+            for chunk in seg["chunks"]:
+                for loc in chunk[2]:
+                    loc[2] ^= 1
+    path = tmp_path / "checks.brv"
+    path.write_bytes(join(head, index))
+    out = tmp_path / "out"
+    brevis.decompress(path, out, threads=1)
+    assert tree(out) == tree(src)
+    assert all(bytes(v) == (src / k).read_bytes() for k, v in brevis.unpack(path.read_bytes()).items())
+    report = brevis.verify(path, threads=1)
+    assert not report["ok"] and all("stream 0 at offset" in p["error"] for p in report["problems"])
+
+
 @pytest.fixture(scope="module")
 def many_small(tmp_path_factory) -> tuple[Path, Path]:
     """A checkpoint of 40 small F32 tensors, each one `ans` chunk: the
@@ -177,9 +226,11 @@ def test_a_damaged_chunk_among_batched_ones_is_found(many_small, tmp_path, which
         damaged[flip] ^= 0x04
         path = tmp_path / "bad.brv"
         path.write_bytes(damaged)
-        with pytest.raises(BrevisError):
+        with pytest.raises(BrevisError, match=f"'t{which}': stream 0 at offset {off} is damaged"):
             brevis.decompress(path, tmp_path / "out", threads=threads, processes=False)
         assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.brv"]
+        with pytest.raises(BrevisError, match=f"'t{which}': stream 0 at offset {off} is damaged"):
+            brevis.unpack(bytes(damaged), threads=threads)
         report = brevis.verify(path, threads=1)
         assert not report["ok"]
         assert f"t{which}" in json.dumps(report)
