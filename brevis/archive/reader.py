@@ -202,7 +202,9 @@ class ArchiveReader:
 
     def decode_chunks(self, items, streams_first: bool = False) -> list[np.ndarray]:
         """decode_chunk for each (segment, chunk, reference, into, stored) in
-        order, raising at the first damaged one. The chunks that one `ans`
+        order, raising at the first damaged one (without `streams_first`,
+        among a batch's: the first that does not decode, else the first
+        whose digest differs). The chunks that one `ans`
         leaf codes (without a base) decode in one call that releases the GIL
         once (entropy.decode_batch), those decoded on their own between them
         (a bias stored raw) leaving it open: decoding threads otherwise hand
