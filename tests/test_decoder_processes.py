@@ -119,7 +119,8 @@ def test_damage_found_in_a_worker_leaves_nothing(archive, tmp_path):
                               for st in c.streams), key=lambda st: st[1])
     data[off + length // 2] ^= 0x40
     bad.write_bytes(bytes(data))
-    with pytest.raises(ChecksumError):
+    # The worker checks the chunk's streams once it fails: the stream is named.
+    with pytest.raises(ChecksumError, match=f"stream [0-9]+ at offset {off} is damaged"):
         brevis.decompress(bad, tmp_path / "out", threads=2, processes=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.brv"]
 
