@@ -9,12 +9,14 @@ archive an earlier Brevis wrote.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 import brevis
 from brevis.archive.reader import ArchiveReader
+from brevis.errors import BrevisError
 from brevis.dtypes import DTYPES
 from helpers import sha256_file, tree
 
@@ -73,6 +75,28 @@ def test_golden_verifies(folder):
     # Against the committed source too (git keeps no empty folders; verify checks files).
     report = brevis.verify(folder / "archive.brv", [folder / "source"], threads=1)
     assert report["ok"], report["problems"]
+
+
+@pytest.mark.parametrize("folder", VERSIONS, ids=lambda p: p.name)
+def test_a_damaged_stream_of_every_version_is_named(folder, tmp_path):
+    """Each version's stream checks (CRC-32, XXH3-64) and digests (SHA-256,
+    BLAKE3, XXH3-128): decompress and unpack check a chunk's streams once it
+    fails, verify before decoding; all three name the damaged stream."""
+    data = bytearray((folder / "archive.brv").read_bytes())
+    with ArchiveReader(folder / "archive.brv") as reader:
+        off, length, _ = max((st for f in reader.index.files for seg in f.segments for c in seg.chunks
+                              for st in c.streams), key=lambda st: st[1])
+    data[off + length // 2] ^= 0x10
+    path = tmp_path / "bad.brv"
+    path.write_bytes(bytes(data))
+    told = f"stream [0-9]+ at offset {off} is damaged"
+    with pytest.raises(BrevisError, match=told):
+        brevis.decompress(path, tmp_path / "out", threads=1)
+    with pytest.raises(BrevisError, match=told):
+        brevis.unpack(bytes(data), threads=2)
+    report = brevis.verify(path, threads=1)
+    assert not report["ok"] and any(re.search(told, p["error"]) for p in report["problems"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.brv"]
 
 
 @pytest.mark.parametrize("folder", VERSIONS, ids=lambda p: p.name)
