@@ -171,10 +171,10 @@ def test_decompress_tells_the_damaged_stream_of_any_leaf(small, tmp_path):
 
 
 def test_a_stream_check_alone_wrong_is_found_by_verify_alone(small, tmp_path):
-    """Streams intact, one stream's recorded check wrong (what damage to
+    """Streams intact, every stream's recorded check wrong (what damage to
     bits no decoder reads comes to): decompress and unpack give every byte
     back, each chunk matching its digest; verify, which checks every stream
-    before decoding it, names that stream."""
+    before decoding it, names each chunk's first stream."""
     src, _, data = small
     head, index = split(data)
     for f in index["files"]:
