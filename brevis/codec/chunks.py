@@ -20,8 +20,9 @@ no decoded byte travels between processes.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from concurrent.futures import Executor
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from operator import itemgetter
@@ -34,7 +35,7 @@ from ..archive.index import DIGEST_BYTES, pieces
 from ..archive.reader import ArchiveReader
 from ..dsl.entropy import decode_in_place
 from ..fs.atomic import io_failure
-from ..errors import BaseRequired, BrevisError, ChecksumError, FormatError, InvalidArgument
+from ..errors import BaseRequired, BrevisError, ChecksumError, FormatError, InvalidArgument, IOFailure
 from ..fs.sources import read_up_to
 from ..workers import Workers, open_workers
 from ..workers.processes import broken_pool
@@ -372,6 +373,23 @@ class WriteInPlace:
     def close(self, fd: int) -> None:
         os.close(fd)
 
+    def read_back(self, parts: list[tuple[int, int, int]], length: int) -> bytes:
+        """The bytes put at these pieces (pieces(): offset in the file, in
+        the chunk, length), in order: a repeated chunk's source."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError as e:
+            raise io_failure(e, f"cannot read {self.shown}") from None
+        try:
+            data = b"".join(read_up_to(fd, at, n) for at, _, n in parts)
+        except OSError as e:
+            raise io_failure(e, f"cannot read {self.shown}") from None
+        finally:
+            os.close(fd)
+        if len(data) != length:
+            raise IOFailure(f"{self.shown} shrank while being written")
+        return data
+
 
 @dataclass(frozen=True)
 class CompareWith:
@@ -434,6 +452,13 @@ class IntoMemory:
         memoryview(data)[offset: offset + len(chunk)] = memoryview(chunk).cast("B")
         return None
 
+    def read_back(self, parts: list[tuple[int, int, int]], length: int) -> np.ndarray:
+        """The bytes put at these pieces, in order (a view where one)."""
+        if len(parts) == 1:
+            at, _, n = parts[0]
+            return self.data[at:at + n]
+        return np.concatenate([self.data[at:at + n] for at, _, n in parts])
+
     def put_pieces(self, data: np.ndarray, chunk, parts) -> None:
         """A chunk's pieces (pieces(): offset in the file, in the chunk,
         length) into their places at once (with the extension; without it,
@@ -455,17 +480,22 @@ class DecodeJob:
     offset: int  # bytes of the file's segments before the first chunk, in segment order
     start: int  # the first chunk's offset in its segment
     sink: Sink
+    # (segment, chunk) pairs of `chunks` not to decode: repeats of an earlier
+    # chunk, whose bytes are copied from its place once this job is done.
+    skip: frozenset = frozenset()
 
 
 def decode_jobs(index, sink_of: Callable[[int], Sink], job_bytes: int, files=None,
-                threads: int = 1) -> Iterator[DecodeJob]:
+                threads: int = 1, repeats: dict | None = None) -> Iterator[DecodeJob]:
     """Jobs of whole chunks of about job_bytes (at least one chunk) covering
     every chunk of every file (of those whose positions are in `files`,
     where given), in order; file i's bytes go to sink_of(i). For `threads`
     > 1 the jobs shrink towards the end (half of each thread's share of
     what is left, down to TAIL_JOB_BYTES), so that the threads finish
-    together rather than one decoding the last job alone."""
+    together rather than one decoding the last job alone. `repeats`
+    (find_repeats): chunks each job skips."""
     left = sum(f.size for i, f in enumerate(index.files) if files is None or i in files)
+    skipped = (lambda i, run: frozenset(sc for sc in run if (i, *sc) in repeats)) if repeats else None
     target = _job_target(left, job_bytes, threads)
     for i, entry in enumerate(index.files):
         if files is not None and i not in files:
@@ -484,12 +514,13 @@ def decode_jobs(index, sink_of: Callable[[int], Sink], job_bytes: int, files=Non
                 start += length
                 if offset - first >= target:
                     sink = sink or sink_of(i)
-                    yield DecodeJob(i, tuple(run), first, first_start, sink)
+                    yield DecodeJob(i, tuple(run), first, first_start, sink, skipped(i, run) if skipped else frozenset())
                     left -= offset - first
                     target = _job_target(left, job_bytes, threads)
                     run = []
         if run:
-            yield DecodeJob(i, tuple(run), first, first_start, sink or sink_of(i))
+            yield DecodeJob(i, tuple(run), first, first_start, sink or sink_of(i),
+                            skipped(i, run) if skipped else frozenset())
             left -= offset - first
             target = _job_target(left, job_bytes, threads)
 
@@ -521,13 +552,14 @@ def run_job(decoder: ChunkDecoder, job: DecodeJob) -> tuple[int, list[tuple[str 
 def _job_chunks(decoder: ChunkDecoder, job: DecodeJob) -> list[tuple[int, object, object, int]]:
     """(segment position, segment, chunk, the chunk's offset in its segment) for each chunk of a job."""
     segments = decoder.reader.index.files[job.file].segments
-    out, start, here = [], job.start, job.chunks[0][0]
+    out, start, here, skip = [], job.start, job.chunks[0][0], job.skip
     for s, c in job.chunks:
         if s != here:
             start, here = 0, s
         seg = segments[s]
         chunk = seg.chunks[c]
-        out.append((s, seg, chunk, start))
+        if not skip or (s, c) not in skip:
+            out.append((s, seg, chunk, start))
         start += chunk.n * seg.itemsize
     return out
 
@@ -750,16 +782,31 @@ def run_job_in_worker(archive: str, digest: bytes, job: DecodeJob) -> tuple[int,
 
 
 def run_jobs(decoder: ChunkDecoder, sink_of: Callable[[int], Sink], how: Executing,
-             files=None) -> Iterator[tuple[DecodeJob, tuple[int, list[tuple[str | None, str]]]]]:
+             files=None, repeats: bool = False) -> Iterator[tuple[DecodeJob, tuple[int, list[tuple[str | None, str]]]]]:
     """(job, run_job's result) for every chunk of the archive, in order, on
     `how`: worker processes (jobs of PROCESS_JOB_BYTES) or threads (jobs of
-    THREAD_JOB_BYTES). Close it (contextlib.closing) to stop early."""
+    THREAD_JOB_BYTES). Close it (contextlib.closing) to stop early.
+    `repeats` (writers): a chunk that repeats an earlier one (find_repeats)
+    is not decoded but copied from that one's place once its job is done
+    (the earlier one's job is done by then: results come in order), by the
+    calling thread while the others decode; its bytes count in its job's."""
+    index = decoder.reader.index
+    found = find_repeats(index, files) if repeats else None
+    with closing(_run(decoder, sink_of, how, files, found)) as pairs:  # its pool shut down with this
+        for job, (done, problems) in pairs:
+            if job.skip:
+                done += copy_repeats(decoder, sink_of, [((job.file, *sc), found[(job.file, *sc)]) for sc in job.skip])
+            yield job, (done, problems)
+
+
+def _run(decoder: ChunkDecoder, sink_of: Callable[[int], Sink], how: Executing, files, found):
     index = decoder.reader.index
     if how.processes is not None:
         reader = decoder.reader
         fn = partial(run_job_in_worker, str(reader.path.absolute()), reader.footer.digest)
         try:
-            yield from ordered_pairs(how.processes, fn, decode_jobs(index, sink_of, PROCESS_JOB_BYTES, files),
+            yield from ordered_pairs(how.processes, fn,
+                                     decode_jobs(index, sink_of, PROCESS_JOB_BYTES, files, repeats=found),
                                      2 * max(1, how.threads))
         except Exception as e:
             if broken_pool(e):
@@ -773,5 +820,68 @@ def run_jobs(decoder: ChunkDecoder, sink_of: Callable[[int], Sink], how: Executi
     # caller decoded a 7 ms chunk); queued jobs hold no memory.
     with Pool(how.threads, caller_helps=True) as pool:
         yield from ordered_pairs(pool.executor, partial(run_job, decoder),
-                                 decode_jobs(index, sink_of, THREAD_JOB_BYTES, files, pool.threads), 4 * pool.threads,
-                                 helps=True)
+                                 decode_jobs(index, sink_of, THREAD_JOB_BYTES, files, pool.threads, found),
+                                 4 * pool.threads, helps=True)
+
+
+def find_repeats(index, files=None) -> dict[tuple[int, int, int], tuple[int, int, int, int]]:
+    """The chunks that repeat an earlier one of the archive (of the files
+    at positions `files`, where given): the same program, value type,
+    count, streams and digest, so the same bytes (a tensor stored in two
+    files, tied weights): {(file, segment, chunk): (the earlier one's file,
+    segment, offset in its segment; this one's offset in its segment)}.
+    Chunks without streams (a constant) and chunks coded against a base
+    are left out. Candidates are found by their first stream's location,
+    a dict lookup a chunk."""
+    found: dict[tuple[int, int, int], tuple[int, int, int, int]] = {}
+    chosen = [(i, f) for i, f in enumerate(index.files) if files is None or i in files]
+    # Most archives name no stream twice: comprehensions tell (a tenth of a
+    # loop over the chunks, on pocketnet's 206).
+    offsets = [c.streams[0][0] for _, f in chosen for seg in f.segments for c in seg.chunks if c.streams]
+    if len(set(offsets)) == len(offsets):
+        return found
+    again = {o for o, n in Counter(offsets).items() if n > 1}
+    first: dict[tuple, list] = {}  # a first stream's location -> [(file, segment, chunk)]
+    for i, f in chosen:
+        for s, seg in enumerate(f.segments):
+            if seg.base is not None:
+                continue
+            for c, chunk in enumerate(seg.chunks):
+                if not chunk.streams or chunk.streams[0][0] not in again:
+                    continue
+                earlier = first.setdefault(chunk.streams[0], [])
+                key = _repeat_key(seg, chunk)
+                for fi, fs, fc in earlier:
+                    other = index.files[fi].segments[fs]
+                    if _repeat_key(other, other.chunks[fc]) == key:
+                        found[(i, s, c)] = (fi, fs, _chunk_start(other, fc), _chunk_start(seg, c))
+                        break
+                else:
+                    earlier.append((i, s, c))
+    return found
+
+
+def _chunk_start(seg, c: int) -> int:
+    """Chunk c's offset in its segment, in bytes."""
+    return sum(chunk.n for chunk in seg.chunks[:c]) * seg.itemsize
+
+
+def copy_repeats(decoder: ChunkDecoder, sink_of: Callable[[int], Sink], repeats: list) -> int:
+    """Each repeated chunk's bytes ((file, segment, chunk), find_repeats'
+    value) read back from its earlier copy's place and put in its own; the
+    bytes copied. The earlier chunk matched its digest, which is the
+    repeat's: the bytes are checked."""
+    index = decoder.reader.index
+    done = 0
+    for (i, s, c), (fi, fs, fstart, start) in repeats:
+        seg = index.files[i].segments[s]
+        length = seg.chunks[c].n * seg.itemsize
+        data = sink_of(fi).read_back(pieces(decoder.placements(fi)[fs], fstart, length), length)
+        sink = sink_of(i)
+        handle = sink.open()
+        try:
+            _put_all(sink, handle, [(seg.name, data, pieces(decoder.placements(i)[s], start, length))])
+        finally:
+            sink.close(handle)
+        done += length
+    return done

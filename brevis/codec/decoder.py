@@ -100,7 +100,7 @@ def unpack(archive, *, threads: int = 1, base=None, progress: Progress = None) -
             decoder = ChunkDecoder(reader, base)
             files = reader.index.files
             sinks = [IntoMemory(b) for b in early.take([f.size for f in files])]
-            with closing(run_jobs(decoder, sinks.__getitem__, how)) as results:
+            with closing(run_jobs(decoder, sinks.__getitem__, how, repeats=True)) as results:
                 for _, (done, _) in results:
                     if progress:
                         progress(done)
@@ -242,7 +242,8 @@ def _decompress(reader: ArchiveReader, output, how: Executing, force: bool, prog
         _create_files(stage, out, index)
         files = index.files
         sinks = {i: WriteInPlace(str(stage / f.path), str(out / f.path)) for i, f in zip(positions, files)}
-        with closing(run_jobs(decoder, sinks.__getitem__, how, files=None if only is None else sinks)) as results:
+        with closing(run_jobs(decoder, sinks.__getitem__, how, files=None if only is None else sinks,
+                              repeats=True)) as results:
             for _, (done, _) in results:
                 if progress:
                     progress(done)

@@ -169,3 +169,82 @@ def test_gathered_pieces_are_written_in_file_order_each_run_at_once(gathered, tm
     assert (tmp_path / "out" / "g.safetensors").read_bytes() == (gathered / "g.safetensors").read_bytes()
     assert calls == sorted(calls)
     assert not {offset + n for offset, n in calls} & {offset for offset, _ in calls}  # no run cut in two
+
+
+# ------------------------------------------------------------ repeated chunks
+@pytest.fixture(scope="module")
+def repeated(tmp_path_factory):
+    """Two files holding the same tensors (an export in two formats, as
+    silero-vad ships), a third with one of them and one of its own: the
+    writer points the later copies' chunks at the first copy's streams."""
+    root = tmp_path_factory.mktemp("repeats")
+    rng = np.random.default_rng(8)
+    w = (rng.standard_normal(100_000) * 0.02).astype(np.float32).tobytes()
+    v = (rng.standard_normal(30_000) * 0.05).astype(np.float16).tobytes()
+    src = root / "src"
+    src.mkdir()
+    write_safetensors(src / "a.safetensors", {"w": ("F32", (100_000,), w), "v": ("F16", (30_000,), v)})
+    write_safetensors(src / "b.safetensors", {"v": ("F16", (30_000,), v), "w": ("F32", (100_000,), w)})
+    write_safetensors(src / "c.safetensors", {"x": ("F32", (5_000,), w[:20_000]), "w": ("F32", (100_000,), w)})
+    archive = root / "r.brv"
+    brevis.compress(src, archive, chunk_bytes=64 << 10)
+    return src, archive
+
+
+def test_repeated_chunks_are_found_by_their_streams(repeated):
+    from brevis.codec.chunks import find_repeats
+
+    _, archive = repeated
+    with ArchiveReader(archive) as reader:
+        index = reader.index
+        found = find_repeats(index)
+        names = [f.path for f in index.files]
+        assert found, "the later copies' chunks repeat the first's"
+        for (i, s, c), (fi, fs, fstart, start) in found.items():
+            seg, first = index.files[i].segments[s], index.files[fi].segments[fs]
+            assert (fi, fs) < (i, s)  # an earlier chunk of the archive
+            assert seg.chunks[c].streams == next(ch.streams for k, ch in enumerate(first.chunks)
+                                                 if sum(x.n for x in first.chunks[:k]) * first.itemsize == fstart)
+        assert {names[i] for i, _, _ in found} == {"b.safetensors", "c.safetensors"}
+        assert not find_repeats(index, files={names.index("c.safetensors")})  # alone, nothing repeats
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_repeated_chunks_decode_once_and_are_copied(repeated, tmp_path, monkeypatch, threads):
+    """unpack and decompress (threads, worker processes) decode each stream
+    once, and give every byte back; decompress of one file decodes its own."""
+    from brevis.codec import chunks
+
+    src, archive = repeated
+    decoded = []
+    real = chunks.decode_in_place
+    monkeypatch.setattr(chunks, "decode_in_place", lambda calls: decoded.extend(c[0].tobytes() for c in calls)
+                        or real(calls))
+    got = brevis.unpack(archive.read_bytes(), threads=threads)
+    assert {k: bytes(v) for k, v in got.items()} == {p.name: p.read_bytes() for p in src.iterdir()}
+    assert decoded and len(decoded) == len(set(decoded))  # no stream decoded twice
+    for processes in (False, True) if threads > 1 else (False,):
+        out = tmp_path / f"out-{processes}"
+        brevis.decompress(archive, out, threads=threads, processes=processes)
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == {p.name: p.read_bytes() for p in src.iterdir()}
+    one = tmp_path / "one"
+    brevis.decompress(archive, one, threads=threads, only=["c.safetensors"])
+    assert (one / "c.safetensors").read_bytes() == (src / "c.safetensors").read_bytes()
+
+
+def test_a_damaged_stream_shared_by_repeats_fails_the_first(repeated, tmp_path):
+    """The stream the copies share is decoded (and found damaged) with the
+    first: decompress raises, names it, and leaves nothing."""
+    src, archive = repeated
+    from brevis.codec.chunks import find_repeats
+
+    with ArchiveReader(archive) as reader:
+        (i, s, c), _ = next(iter(find_repeats(reader.index).items()))
+        off, length, _ = reader.index.files[i].segments[s].chunks[c].streams[0]
+    data = bytearray(archive.read_bytes())
+    data[off + length // 2] ^= 0x20
+    bad = tmp_path / "bad.brv"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(ChecksumError, match=f"at offset {off} is damaged"):
+        brevis.decompress(bad, tmp_path / "out", threads=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.brv"]
