@@ -495,7 +495,10 @@ def decode_jobs(index, sink_of: Callable[[int], Sink], job_bytes: int, files=Non
     together rather than one decoding the last job alone. `repeats`
     (find_repeats): chunks each job skips."""
     left = sum(f.size for i, f in enumerate(index.files) if files is None or i in files)
-    skipped = (lambda i, run: frozenset(sc for sc in run if (i, *sc) in repeats)) if repeats else None
+
+    def skips(i: int, run: list) -> frozenset:
+        return frozenset(sc for sc in run if (i, *sc) in repeats) if repeats else frozenset()
+
     target = _job_target(left, job_bytes, threads)
     for i, entry in enumerate(index.files):
         if files is not None and i not in files:
@@ -514,13 +517,12 @@ def decode_jobs(index, sink_of: Callable[[int], Sink], job_bytes: int, files=Non
                 start += length
                 if offset - first >= target:
                     sink = sink or sink_of(i)
-                    yield DecodeJob(i, tuple(run), first, first_start, sink, skipped(i, run) if skipped else frozenset())
+                    yield DecodeJob(i, tuple(run), first, first_start, sink, skips(i, run))
                     left -= offset - first
                     target = _job_target(left, job_bytes, threads)
                     run = []
         if run:
-            yield DecodeJob(i, tuple(run), first, first_start, sink or sink_of(i),
-                            skipped(i, run) if skipped else frozenset())
+            yield DecodeJob(i, tuple(run), first, first_start, sink or sink_of(i), skips(i, run))
             left -= offset - first
             target = _job_target(left, job_bytes, threads)
 
