@@ -179,9 +179,9 @@ class Brevis(Codec):
     tmpfs, the same work as file to file on tmpfs. Decompression in memory
     is `brevis.unpack` on the archive's bytes, read into memory before the
     clock as every peer's input is: every file decoded into one buffer of
-    its own on N threads, every chunk's stream checks and digest checked
-    (the archive's format version's: XXH3-64 and XXH3-128 in version 7), no
-    file written."""
+    its own on N threads, every chunk's digest checked (the archive's format
+    version's: XXH3-128 from version 7 on) and, where a chunk fails, its
+    streams' checks, to name the damaged one; no file written."""
 
     name, label = "brevis", "Brevis"
     reads_files = True
