@@ -529,6 +529,7 @@ static const char *narrow_finish(narrow_t *b, int width, int simd) {
             obase = otail;
             oskip = 8 * (uint64_t)from;
         }
+        /* checked[k] runs only while obase is ostart (oskip 0): one call for either */
         int offsets_safe = obase != ostart || (pos >> 3) + oreads <= oread;
         uint64_t rel = pos - oskip;
         if (pending && widest && words_safe && offsets_safe) {
@@ -536,8 +537,8 @@ static const char *narrow_finish(narrow_t *b, int width, int simd) {
             cur ^= 1;
         } else {
             if (pending)
-                rel = offsets_safe ? offsets(f, rb[cur], obase, olimit, rel, ob + (i - BATCH) * width, widest)
-                                   : checked[k](f, rb[cur], ostart, olimit, rel, ob + (i - BATCH) * width, widest);
+                rel = (offsets_safe ? offsets : checked[k])(f, rb[cur], obase, olimit, rel, ob + (i - BATCH) * width,
+                                                            widest);
             at = (words_safe ? bins : fast_bins_checked)(f, b->x, in, limit, at, rb[cur]);
         }
         pos = rel + oskip;
@@ -548,8 +549,7 @@ static const char *narrow_finish(narrow_t *b, int width, int simd) {
     if (pending && !bad) {
         int offsets_safe = obase != ostart || (pos >> 3) + oreads <= oread;
         uint64_t rel = pos - oskip;
-        rel = offsets_safe ? offsets(f, rb[cur], obase, olimit, rel, ob + (i - BATCH) * width, widest)
-                           : checked[k](f, rb[cur], ostart, olimit, rel, ob + (i - BATCH) * width, widest);
+        rel = (offsets_safe ? offsets : checked[k])(f, rb[cur], obase, olimit, rel, ob + (i - BATCH) * width, widest);
         pos = rel + oskip;
         if (pos > 8 * olimit) bad = 1;
     }
