@@ -229,21 +229,21 @@ class ArchiveReader:
             try:
                 decode_batch([(stream, chunk.n, seg.value_type, target) for _, seg, chunk, stream, target, _ in batch],
                              checks)
+                failed = None
             except FormatError as e:
-                seg, chunk, stream = batch[e.position][1:4]
+                failed = e
+            if failed is not None:  # (kind 1, its stream's check failed in the call, is told here too)
+                seg, chunk, stream = batch[failed.position][1:4]
+                self._check_streams(seg, chunk, [stream])  # a damaged stream is told as such
                 told = f"segment {seg.name!r}{seg.holding()}"
-                if e.kind == 1 or check(stream) != chunk.streams[0][2]:
-                    raise ChecksumError(f"{told}: stream 0 at offset {chunk.streams[0][0]} is damaged") from None
-                if e.kind == 2:
-                    raise ChecksumError(f"{told}: decoded bytes do not match their checksum") from None
-                raise FormatError(f"{told}: a stream does not decode ({e})") from None
+                if failed.kind == 2:
+                    raise ChecksumError(f"{told}: decoded bytes do not match their checksum")
+                raise FormatError(f"{told}: a stream does not decode ({failed})")
             for pos, seg, chunk, stream, target, into in batch:
                 data = target.view(np.uint8) if into is None else into
                 if not digests_in_call and digest(data) != chunk.digest:
-                    told = f"segment {seg.name!r}{seg.holding()}"
-                    if check(stream) != chunk.streams[0][2]:
-                        raise ChecksumError(f"{told}: stream 0 at offset {chunk.streams[0][0]} is damaged")
-                    raise ChecksumError(f"{told}: decoded bytes do not match their checksum")
+                    self._check_streams(seg, chunk, [stream])
+                    self._check_digest(seg, chunk, data)
                 out[pos] = data
             batch.clear()
 
@@ -256,9 +256,8 @@ class ArchiveReader:
             if (reference is None and chunk.n and not program.children and len(chunk.streams) == 1
                     and batchable(program.node, t, target)):
                 stream = self._stored(chunk.streams)[0] if stored is None else stored[0]
-                off, _, crc = chunk.streams[0]
-                if streams_first and not streams_in_call and check(stream) != crc:
-                    raise ChecksumError(f"segment {seg.name!r}{seg.holding()}: stream 0 at offset {off} is damaged")
+                if streams_first and not streams_in_call:
+                    self._check_streams(seg, chunk, [stream])
                 target = np.empty(chunk.n, t.container) if target is None else target
                 batch.append((len(out), seg, chunk, stream, target, into))
                 out.append(None)
