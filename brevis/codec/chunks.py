@@ -843,7 +843,7 @@ def find_repeats(index, files=None) -> dict[tuple[int, int, int], tuple[int, int
     if len(set(offsets)) == len(offsets):
         return found
     again = {o for o, n in Counter(offsets).items() if n > 1}
-    first: dict[tuple, list] = {}  # a first stream's location -> [(file, segment, chunk)]
+    first: dict[tuple, list] = {}  # a first stream's location -> [(file, segment, chunk, its _repeat_key)]
     for i, f in chosen:
         for s, seg in enumerate(f.segments):
             if seg.base is not None:
@@ -853,13 +853,13 @@ def find_repeats(index, files=None) -> dict[tuple[int, int, int], tuple[int, int
                     continue
                 earlier = first.setdefault(chunk.streams[0], [])
                 key = _repeat_key(seg, chunk)
-                for fi, fs, fc in earlier:
-                    other = index.files[fi].segments[fs]
-                    if _repeat_key(other, other.chunks[fc]) == key:
-                        found[(i, s, c)] = (fi, fs, _chunk_start(other, fc), _chunk_start(seg, c))
+                for fi, fs, fc, fkey in earlier:
+                    if fkey == key:
+                        source = index.files[fi].segments[fs]
+                        found[(i, s, c)] = (fi, fs, _chunk_start(source, fc), _chunk_start(seg, c))
                         break
                 else:
-                    earlier.append((i, s, c))
+                    earlier.append((i, s, c, key))
     return found
 
 
