@@ -17,6 +17,7 @@ import numpy as np
 import zstandard
 
 from brevis.archive.format import FOOTER_SIZE, HEADER, HEADER_SIZE, Footer, index_digest
+from brevis.archive.reader import ArchiveReader
 from brevis.dsl import decode, encode
 from brevis.dsl.program import Program
 from brevis.dsl.types import Field
@@ -231,3 +232,12 @@ def tree(root: str | os.PathLike) -> tuple[dict[bytes, str], set[bytes]]:
 
 def listing(folder: str | os.PathLike) -> list[str]:
     return sorted(os.listdir(folder))
+
+
+def largest_stream(archive: str | os.PathLike, path: str | None = None) -> tuple[int, int, int]:
+    """(offset, length, check) of the longest stream of an archive (of its
+    file `path`, where given): where a test damages it."""
+    with ArchiveReader(archive) as reader:
+        files = [f for f in reader.index.files if path is None or f.path == path]
+        return max((st for f in files for seg in f.segments for c in seg.chunks for st in c.streams),
+                   key=lambda st: st[1])

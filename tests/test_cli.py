@@ -22,7 +22,7 @@ from brevis.archive import writer as writer_module
 from brevis.archive.format import HEADER, HEADER_SIZE, VERSION
 from brevis.archive.reader import ArchiveReader
 from brevis.cli import main
-from helpers import REPO, small_checkpoint, tree
+from helpers import REPO, largest_stream, small_checkpoint, tree
 
 PTH_NAME = "taef2_decoder.pth"
 PTH_CANDIDATES = [
@@ -188,10 +188,7 @@ def test_verify_source(ckpt, archive, tmp_path):
 
 def corrupt_stream(archive: Path, name: str, out: Path) -> None:
     """Copy the archive with one byte flipped in the middle of a stream of file `name`."""
-    with ArchiveReader(archive) as reader:
-        entry = next(f for f in reader.index.files if f.path == name)
-        off, length, _ = max((s for seg in entry.segments for c in seg.chunks for s in c.streams),
-                          key=lambda s: s[1])
+    off, length, _ = largest_stream(archive, name)
     data = bytearray(archive.read_bytes())
     data[off + length // 2] ^= 0x01
     out.write_bytes(data)

@@ -22,7 +22,7 @@ import brevis
 from brevis.codec import chunks
 from brevis.archive.reader import ArchiveReader
 from brevis.errors import ChecksumError
-from helpers import REPO, f16_layers, signal_and_wait, start_with_workers, write_safetensors
+from helpers import REPO, f16_layers, largest_stream, signal_and_wait, start_with_workers, write_safetensors
 
 PTH = REPO / "examples" / "taesd" / "taef2_decoder.pth"
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -114,9 +114,7 @@ def test_damage_found_in_a_worker_leaves_nothing(archive, tmp_path):
     _, arc = archive
     bad = tmp_path / "bad.brv"
     data = bytearray(arc.read_bytes())
-    with ArchiveReader(arc) as reader:  # flip a byte inside the largest stream
-        off, length, _ = max((st for f in reader.index.files for s in f.segments for c in s.chunks
-                              for st in c.streams), key=lambda st: st[1])
+    off, length, _ = largest_stream(arc)  # flip a byte inside it
     data[off + length // 2] ^= 0x40
     bad.write_bytes(bytes(data))
     # The worker checks the chunk's streams once it fails: the stream is named.
@@ -197,9 +195,7 @@ def test_verify_in_worker_processes_reports_like_threads(archive, tmp_path, monk
     # one, a missing one and an extra one.
     bad = tmp_path / "bad.brv"
     data = bytearray(arc.read_bytes())
-    with ArchiveReader(arc) as reader:
-        off, length, _ = max((st for f in reader.index.files for s in f.segments for c in s.chunks
-                              for st in c.streams), key=lambda st: st[1])
+    off, length, _ = largest_stream(arc)
     data[off + length // 3] ^= 0x01
     bad.write_bytes(bytes(data))
     other = tmp_path / "src"

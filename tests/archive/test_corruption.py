@@ -19,7 +19,7 @@ import brevis
 from brevis.archive.format import FOOTER, FOOTER_SIZE, HEADER, HEADER_SIZE, VERSION, Footer, index_digest
 from brevis.archive.reader import ArchiveReader
 from brevis.errors import BrevisError, FormatError, TruncatedError, UnsupportedVersion
-from helpers import deadline, join, small_checkpoint, split, tree, write_safetensors
+from helpers import deadline, join, largest_stream, small_checkpoint, split, tree, write_safetensors
 
 
 
@@ -131,9 +131,7 @@ def test_random_overwrites_are_detected(small, tmp_path):
 
 def test_damaged_archive_decompresses_to_nothing(small, tmp_path):
     src, _, data = small
-    with ArchiveReader(small[1]) as reader:
-        off, length, _ = max((s for f in reader.index.files for seg in f.segments for c in seg.chunks
-                           for s in c.streams), key=lambda s: s[1])
+    off, length, _ = largest_stream(small[1])
     damaged = bytearray(data)
     damaged[off + length // 2] ^= 0x10
     path = tmp_path / "bad.brv"

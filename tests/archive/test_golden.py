@@ -18,7 +18,7 @@ import brevis
 from brevis.archive.reader import ArchiveReader
 from brevis.errors import BrevisError
 from brevis.dtypes import DTYPES
-from helpers import sha256_file, tree
+from helpers import largest_stream, sha256_file, tree
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 VERSIONS = sorted(p for p in GOLDEN.iterdir() if (p / "archive.brv").is_file())
@@ -83,9 +83,7 @@ def test_a_damaged_stream_of_every_version_is_named(folder, tmp_path):
     BLAKE3, XXH3-128): decompress and unpack check a chunk's streams once it
     fails, verify before decoding; all three name the damaged stream."""
     data = bytearray((folder / "archive.brv").read_bytes())
-    with ArchiveReader(folder / "archive.brv") as reader:
-        off, length, _ = max((st for f in reader.index.files for seg in f.segments for c in seg.chunks
-                              for st in c.streams), key=lambda st: st[1])
+    off, length, _ = largest_stream(folder / "archive.brv")
     data[off + length // 2] ^= 0x10
     path = tmp_path / "bad.brv"
     path.write_bytes(bytes(data))
