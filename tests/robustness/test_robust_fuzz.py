@@ -28,7 +28,9 @@ from hypothesis import strategies as st
 from robust_util import Seeds, Unexpected, archive_of, check_archive, join, reseal_crcs, split
 
 REGRESSIONS = Path(__file__).resolve().parent / "regressions"
-FAST = settings(max_examples=40, deadline=None, derandomize=False,
+# Random here, the same examples in CI (conftest's "ci" profile): a run that
+# lands must not hang on a new find; fuzz locally (--runslow) for those.
+FAST = settings(max_examples=40, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 LONG = settings(FAST, max_examples=2500)
 
