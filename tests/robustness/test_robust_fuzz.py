@@ -147,7 +147,7 @@ def rewritten_index(draw, parts: list[tuple[bytes, dict]]) -> tuple[bytes, bool]
         action = draw(st.sampled_from(["replace", "replace", "replace", "drop", "duplicate", "swap", "nudge"]))
         try:
             if action == "replace":
-                container[key] = draw(HOSTILE)
+                container[key] = copy.deepcopy(draw(HOSTILE))  # the [] and {} above are shared: later steps edit them
             elif action == "drop":
                 del container[key]
             elif action == "duplicate" and isinstance(container, list):
