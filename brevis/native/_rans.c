@@ -63,12 +63,14 @@ static inline uint32_t load(const void *p, int width, Py_ssize_t i) {
 
 /* The rANS coding of n values into e (words: 2n + 2, offs: 4n + 8 bytes,
  * sym: bins entries, ranks: n entries, all the caller's): the final
- * states, the words (e->words[0..nwords), in decoding order) and the
- * offset bytes. A value's bin is rank_of[value >> shift]. 0, or -1 where a
- * value lies outside its bin or a bin has no frequency. Needs no GIL. */
+ * states, the words (e->words[first..first + nwords), in decoding order) and the
+ * offset bytes. A value's bin is rank_of[value >> shift], below `bins` for
+ * every key (encode_block's table: the block's bins, 0 at every other key;
+ * not checked here, a value at a time). 0, or -1 where a value lies
+ * outside its bin or a bin has no frequency. Needs no GIL. */
 typedef struct { uint64_t x_max; uint32_t m, l, freq, cum; } sym_t;  /* a bin, as the coding step needs it */
 typedef struct { uint16_t *words; uint8_t *offs; sym_t *sym; uint16_t *ranks; uint64_t *rec; uint32_t x[MAX_LANES];
-                 size_t nwords, noffs; int lanes, avx2; } enc_t;
+                 size_t first, nwords, noffs; int lanes, avx2; } enc_t;
 /* A wide block's whole groups of 32 values with AVX2 (below); rec: two
  * 64-bit records a bin. Where it is built: the x86 hosts. */
 static uint16_t *wide_encode_avx2(const uint64_t *rec, const uint16_t *ranks, Py_ssize_t whole, uint32_t *xs,
@@ -98,11 +100,11 @@ static inline __attribute__((always_inline)) int encode_body(ENCODE_PARAMS) {
     uint16_t *words = e->words, *ranks = e->ranks;
     uint8_t *offs = e->offs;
     sym_t *sym = e->sym;
-    size_t nwords = 0, noffs = 0;
+    size_t first = 0, nwords = 0, noffs = 0;
     uint32_t *x = e->x;
     /* any bit set: a bin without frequency or wider than 32 bits (checked
      * first: the widths bound the bit stream's stores below), or a value
-     * outside its bin (or its bin past the last) */
+     * outside its bin */
     uint64_t outside = 0;
     for (Py_ssize_t r = 0; r < bins; r++) outside |= !freq[r] || obits[r] > 32;
     if (!outside) {   /* bins and offsets, forwards, without a branch: `group` values
@@ -122,8 +124,6 @@ static inline __attribute__((always_inline)) int encode_body(ENCODE_PARAMS) {
             for (; i < stop; i++) { \
                 uint32_t value = v[i], r = rank_of[value >> shift]; \
                 ranks[i] = (uint16_t)r; \
-                outside |= (uint64_t)(r >= (uint32_t)bins); \
-                r = r < (uint32_t)bins ? r : 0; \
                 uint32_t w = obits[r]; \
                 uint64_t off = (uint32_t)(value - lower[r]); \
                 outside |= off >> w; \
@@ -204,8 +204,9 @@ static inline __attribute__((always_inline)) int encode_body(ENCODE_PARAMS) {
         }
 #undef ENC
         nwords = (size_t)(end - ptr);
-        memmove(words, ptr, nwords * 2);
+        first = (size_t)(ptr - words);  /* left where they are: put_rans copies them once */
     }
+    e->first = first;
     e->nwords = nwords;
     e->noffs = noffs;
     return outside ? -1 : 0;
@@ -230,10 +231,15 @@ static void put_rans(const enc_t *e, uint8_t *out) {
     const int lanes = e->lanes;
     for (int k = 0; k < lanes; k++)
         for (int j = 0; j < 4; j++) out[4 * k + j] = (uint8_t)(e->x[k] >> (8 * j));
+    const uint16_t *words = e->words + e->first;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(out + 4 * lanes, words, 2 * e->nwords);
+#else
     for (size_t w = 0; w < e->nwords; w++) {  /* little-endian on every host */
-        out[4 * lanes + 2 * w] = (uint8_t)(e->words[w] & 0xff);
-        out[4 * lanes + 2 * w + 1] = (uint8_t)(e->words[w] >> 8);
+        out[4 * lanes + 2 * w] = (uint8_t)(words[w] & 0xff);
+        out[4 * lanes + 2 * w + 1] = (uint8_t)(words[w] >> 8);
     }
+#endif
 }
 
 /* The decoder's fast path, for P <= 15 (a slot's frequency and bias then
@@ -1545,13 +1551,19 @@ static Py_ssize_t count_keys(const void *values, Py_ssize_t n, int width, int sh
          * minilm's blocks, a third of compressing it. */
         uint32_t *h = key_hist;
         Py_ssize_t i = 0;
-#define COUNT4(T) { const T *v = values; \
+#define COUNT4(T, S) { const T *v = values; \
         for (; i + 4 <= n; i += 4) { \
-            h[v[i] >> shift]++; h[(1 << 16) + (v[i + 1] >> shift)]++; \
-            h[(2 << 16) + (v[i + 2] >> shift)]++; h[(3 << 16) + (v[i + 3] >> shift)]++; \
+            h[v[i] >> (S)]++; h[(1 << 16) + (v[i + 1] >> (S))]++; \
+            h[(2 << 16) + (v[i + 2] >> (S))]++; h[(3 << 16) + (v[i + 3] >> (S))]++; \
         } \
-        for (; i < n; i++) h[v[i] >> shift]++; }
-        if (width == 1) COUNT4(uint8_t) else if (width == 2) COUNT4(uint16_t) else COUNT4(uint32_t)
+        for (; i < n; i++) h[v[i] >> (S)]++; }
+        /* values of 8 and 16 bits are their own keys (shift 0, as the
+         * coder asks): a constant shift leaves four loads and four increments */
+        if (shift == 0 && width == 1) COUNT4(uint8_t, 0)
+        else if (shift == 0 && width == 2) COUNT4(uint16_t, 0)
+        else if (width == 1) COUNT4(uint8_t, shift)
+        else if (width == 2) COUNT4(uint16_t, shift)
+        else COUNT4(uint32_t, shift)
 #undef COUNT4
         for (Py_ssize_t k = 0; k < keys; k++) {
             uint64_t c = (uint64_t)h[k] + h[(1 << 16) + k] + h[(2 << 16) + k] + h[(3 << 16) + k];
@@ -1606,7 +1618,9 @@ static PyObject *rans_trie_values(PyObject *self, PyObject *args) {
     return build_trie(key_ids, key_cnts, d, key_bits, bin_cost, node_cost);
 }
 
-static uint16_t rank_table[1 << 16];  /* key -> bin, for encode_block (the GIL held) */
+/* key -> bin, for encode_block (the GIL held): 0 between calls, so that
+ * every entry names a bin of the block coded (encode_body reads it unchecked) */
+static uint16_t rank_table[1 << 16];
 
 static int bit_length(uint64_t v) { return v ? 64 - __builtin_clzll(v) : 0; }
 
@@ -1721,7 +1735,9 @@ static PyObject *rans_encode_block(PyObject *self, PyObject *args) {
         rank_table[key_ids[j]] = (uint16_t)r;
     }
     e.ranks = ranks;
-    if (encode_core(rank_table, shift, values, n, width, f32, cum, lower, obits, bins, P, &e, simd) < 0) {
+    int failed = encode_core(rank_table, shift, values, n, width, f32, cum, lower, obits, bins, P, &e, simd) < 0;
+    for (Py_ssize_t j = 0; j < d; j++) rank_table[key_ids[j]] = 0;  /* (d writes: the keys set above) */
+    if (failed) {
         PyErr_SetString(PyExc_ValueError, "a value lies outside its bin"); goto done;
     }
     /* model: P, the trie's codes four to a byte, freq - 1 varints; the rANS

@@ -96,6 +96,40 @@ def test_both_c_encoding_kernels_write_the_same_block(bits, lanes):
             assert fast == plain
 
 
+@pytest.mark.parametrize("width,shift,key_bits", [(1, 0, 8), (1, 3, 5), (2, 0, 16), (2, 0, 12), (2, 4, 12),
+                                                   (4, 16, 16), (4, 8, 16)])
+def test_the_c_trie_counts_as_numpy_does(width, shift, key_bits):
+    """trie_values: the keys value >> shift counted (four histograms where
+    there are at least as many values as keys, a constant shift for 8 and
+    16-bit values as the coder asks, else one at a time) and the trie
+    chosen as trie_of_counts chooses it from numpy's counts."""
+    rng = np.random.default_rng(width * 100 + shift)
+    for n in (1, 300, 5000, 70_000):
+        x = np.minimum(np.abs(rng.normal(0, 0.1, n)) * (1 << key_bits), (1 << key_bits) - 1).astype(np.int64)
+        x = ((x << shift) | rng.integers(0, 1 << shift, n)).astype(f"<u{width}")
+        counts = np.bincount((x >> shift).astype(np.intp), minlength=1 << key_bits)
+        codes, bins = entropy.trie_of_counts(counts, key_bits)
+        got_codes, firsts, levels, _, got_counts = entropy._rans.trie_values(
+            x, width, shift, key_bits, entropy.BIN_COST, entropy.NODE_COST)
+        assert list(got_codes) == codes
+        assert list(zip(np.frombuffer(firsts, np.uint32).tolist(), list(levels))) == bins
+        assert np.array_equal(np.frombuffer(got_counts, np.int64),
+                              np.add.reduceat(counts, [b[0] for b in bins])[:len(bins)])
+
+
+def test_blocks_coded_one_after_another_do_not_share_their_bins(monkeypatch):
+    """encode_block keeps a key -> bin table between calls (and clears the
+    keys it used): a block whose keys the one before never had, or had in
+    other bins, codes as the Python encoder codes it."""
+    t = Field(16)
+    monkeypatch.setattr(entropy, "choose_block", lambda values, t: 0)
+    blocks = [values("bell", 5000, 16, seed=1), values("uniform", 3000, 16, seed=2),
+              values("bell", 70_000, 16, seed=3) ^ np.uint16(0x8000), values("constant", 100, 16)]
+    streams = [Ans().encode(x, t) for x in blocks]
+    monkeypatch.setattr(entropy, "_rans", None)
+    assert [Ans().encode(x, t) for x in blocks] == streams
+
+
 @pytest.mark.parametrize("width,shift,keys", [(1, 0, 256), (2, 8, 256), (2, 6, 1024), (2, 4, 256), (2, 2, 4096),
                                                (4, 24, 256)])
 @pytest.mark.parametrize("block_log", [0, 10, 12])
