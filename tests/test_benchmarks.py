@@ -193,6 +193,25 @@ def test_coder_tables_on_a_tiny_checkpoint(tmp_path, monkeypatch):
     assert "### Index" in (out / "coder_tables.md").read_text()
 
 
+def test_coder_kernels_times_each_step_against_another_build(tmp_path, monkeypatch, capsys):
+    """Every step timed for both value widths; the build compared with
+    itself codes every block alike (else the script stops)."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks import coder_kernels
+    from brevis.native import _rans
+
+    item = tmp_path / "corpus" / "tiny"
+    item.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    (rng.standard_normal(600_000) * 0.02).astype(np.float32).tofile(item / "weights.bin")  # 2.4 MB
+    assert coder_kernels.main([str(tmp_path / "corpus"), "--items", "tiny", "--against", _rans.__file__,
+                               "--rounds", "1", "--repeat", "1"]) == 0
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny")]
+    assert [(r[1], r[2]) for r in rows] == [(kind, step) for kind in ("16-bit", "bytes")
+                                            for step in ("encode_block", "trie_values", "decode_stream")]
+    assert all(float(r[3]) > 0 and float(r[4].rstrip(" |")) > 0 for r in rows)
+
+
 def test_phases_times_each_phase_and_the_floor(tmp_path):
     item = tmp_path / "corpus" / "tiny"
     item.mkdir(parents=True)
