@@ -177,14 +177,20 @@ def pieces(placed: tuple[tuple[int, int], ...], start: int, length: int) -> list
     length) of each part."""
     if len(placed) == 1 and length and 0 <= start and start + length <= placed[0][1]:
         return [(placed[0][0] + start, 0, length)]  # most segments: one span of the file
+    # (Comparisons, not max and min: a gathered segment's chunk walks its
+    # tens to hundreds of ranges, 64 -> 25 us for 150 of them.)
+    end = start + length
     out, at = [], 0
     for off, n in placed:
-        lo, hi = max(start, at), min(start + length, at + n)
-        if lo < hi:
-            out.append((off + lo - at, lo - start, hi - lo))
-        at += n
-        if at >= start + length:
-            break
+        nxt = at + n
+        if nxt > start:
+            if at >= end:
+                break
+            lo = start if start > at else at
+            hi = end if end < nxt else nxt
+            if lo < hi:
+                out.append((off + lo - at, lo - start, hi - lo))
+        at = nxt
     return out
 
 

@@ -82,6 +82,22 @@ def test_pieces_cut_a_run_of_bytes_at_the_spans():
     assert pieces(((7, 30),), 4, 6) == [(11, 0, 6)]
 
 
+def test_pieces_map_every_byte_to_its_place():
+    """Any run of a segment's bytes, in or past its pieces (some empty):
+    each byte to the file offset its piece gives it, in order, with no
+    empty part."""
+    rng = np.random.default_rng(5)
+    for _ in range(3000):
+        placed = tuple((int(rng.integers(0, 1000)), int(rng.integers(0, 12))) for _ in range(rng.integers(1, 7)))
+        where = [off + j for off, n in placed for j in range(n)]  # segment byte -> file offset
+        start, length = int(rng.integers(-2, len(where) + 3)), int(rng.integers(0, len(where) + 4))
+        parts = pieces(placed, start, length)
+        assert all(n > 0 for _, _, n in parts)
+        got = [(within + j, off + j) for off, within, n in parts for j in range(n)]
+        first = max(start, 0)
+        assert got == [(i - start, where[i]) for i in range(first, min(start + length, len(where)))]
+
+
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory) -> Path:
     if not TAESD.exists():
