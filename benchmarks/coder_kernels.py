@@ -5,7 +5,8 @@
 
 For each item, the middle 8 MiB of its largest file, read as 16-bit
 values (F16 and BF16 weights, the two halves of F32 ones) and as bytes,
-is cut into blocks of 2^19 values (2^20 bytes) and timed, best of
+is cut into blocks of 2^19 values (the last one, or a smaller file's
+only one, shorter) and timed, best of
 --repeat over all blocks, for --rounds rounds:
 
 - encode_block: one block's model, rANS part and offsets (the encoder's
@@ -47,7 +48,7 @@ BLOCK = 1 << 19
 
 
 def load_build(path: Path):
-    """Another build of brevis.native._rans, loaded under its own name."""
+    """Another build of brevis.native._rans, a module object of its own (not put in sys.modules)."""
     spec = importlib.util.spec_from_file_location("brevis.native._rans", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -70,10 +71,19 @@ def best(fn, repeat: int) -> float:
     return min(times)
 
 
-def measure(builds: dict, values: np.ndarray, width: int, bits: int, repeat: int) -> dict[str, dict[str, float]]:
-    """{step: {build: ns a value}} over the blocks of `values`."""
+def same_blocks(builds: dict, blocks: list, width: int, bits: int, where: str) -> None:
+    """Every build codes every block to the same bytes, or the script stops."""
+    for k, b in enumerate(blocks):
+        coded = {mod.encode_block(b, width, bits, BIN_COST, NODE_COST, WIDE_LANES) for mod in builds.values()}
+        if len(coded) > 1:
+            raise SystemExit(f"{where}: the builds code block {k} differently")
+
+
+def measure(builds: dict, values: np.ndarray, blocks: list, width: int, bits: int,
+            repeat: int) -> dict[str, dict[str, float]]:
+    """{step: {build: ns a value}} over `values` and its `blocks`; each
+    build's decoding checked to give the values back."""
     n = len(values)
-    blocks = [np.ascontiguousarray(values[k: k + BLOCK]) for k in range(0, n - BLOCK + 1, BLOCK)]
     stream = Ans().encode(values, Field(bits))
     out = np.empty(n, dtype=values.dtype)
     counted = sum(len(b) for b in blocks)
@@ -91,8 +101,8 @@ def measure(builds: dict, values: np.ndarray, width: int, bits: int, repeat: int
         result["trie_values"][name] = best(trie, repeat) / counted * 1e9
         result["decode_stream"][name] = best(lambda mod=mod: mod.decode_stream(stream, n, width, bits, out),
                                              repeat) / n * 1e9
-    if not np.array_equal(out, values):
-        raise SystemExit("decode_stream did not give the values back")
+        if not np.array_equal(out, values):
+            raise SystemExit(f"{name}: decode_stream did not give the values back")
     return result
 
 
@@ -114,13 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     for item in args.items.split(","):
         raw = middle_bytes(args.corpus / item)
         for label, values, width, bits in (("16-bit", raw.view(np.uint16), 2, 16), ("bytes", raw, 1, 8)):
-            if "against" in builds:
-                for k in range(0, len(values) - BLOCK + 1, BLOCK):
-                    b = np.ascontiguousarray(values[k: k + BLOCK])
-                    mine = _rans.encode_block(b, width, bits, BIN_COST, NODE_COST, WIDE_LANES)
-                    if mine != builds["against"].encode_block(b, width, bits, BIN_COST, NODE_COST, WIDE_LANES):
-                        raise SystemExit(f"{item} {label}: the two builds code block {k // BLOCK} differently")
-            rounds = [measure(builds, values, width, bits, args.repeat) for _ in range(args.rounds)]
+            blocks = [np.ascontiguousarray(values[k: k + BLOCK]) for k in range(0, len(values), BLOCK)]
+            same_blocks(builds, blocks, width, bits, f"{item} {label}")
+            rounds = [measure(builds, values, blocks, width, bits, args.repeat) for _ in range(args.rounds)]
             for step in rounds[0]:
                 cells = [" / ".join(f"{r[step][c]:.2f}" for r in rounds) for c in columns]
                 print(f"| {item} | {label} | {step} | " + " | ".join(cells) + " |")
