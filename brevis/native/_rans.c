@@ -819,7 +819,7 @@ static int wide_avx512(WIDE_PARAMS) { return wide_body(WIDE_ARGS); }
  * The same values as wide_body (the tests run both). */
 #if (defined(__clang__) && __clang_major__ >= 7) || (!defined(__clang__) && __GNUC__ >= 8)  /* VBMI2's intrinsics */
 #define HAVE_WIDE_ZMM 1
-__attribute__((target("avx2,avx512f,avx512vl,avx512bw,avx512dq,avx512vbmi2,popcnt")))
+__attribute__((target("avx2,avx512f,avx512vl,avx512bw,avx512dq,avx512vbmi,avx512vbmi2,popcnt")))
 static int wide_zmm(WIDE_PARAMS) {
     __m512i x[2];
     for (int g = 0; g < 2; g++) x[g] = _mm512_loadu_si512((const void *)(xs + 16 * g));
@@ -829,6 +829,9 @@ static int wide_zmm(WIDE_PARAMS) {
     /* the low (even) and high (odd) 32-bit halves of two vectors of eight 64-bit items, in lane order */
     const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    /* a lane's byte index in all four of its bytes, plus 0, 1, 2, 3: the bytes of its offset's item */
+    const __m512i spread = _mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0x00000000);
+    const __m512i bytes4 = _mm512_set1_epi32(0x03020100);
     const __m128i shift = _mm_cvtsi32_si128(P);
     uint64_t at = *wat;
     uint32_t pos = (uint32_t)*opos;
@@ -874,8 +877,12 @@ static int wide_zmm(WIDE_PARAMS) {
                 ob = _mm512_srlv_epi64(ob, _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(bit, 1)));
                 __m512i got = _mm512_permutex2var_epi32(oa, evens, ob);
                 r[g] = _mm512_add_epi32(v[g], _mm512_and_si512(got, keep));
-            } else {
-                __m512i got = _mm512_srlv_epi32(_mm512_i32gather_epi32(at8, (const void *)offs, 1), bit);
+            } else {  /* 16 lanes of up to 16 bits: inside the 64 bytes from the first lane's byte */
+                uint32_t first = pos >> 3;
+                __m512i near = _mm512_loadu_si512((const void *)(offs + first));
+                __m512i rel = _mm512_sub_epi32(at8, _mm512_set1_epi32((int)first));
+                __m512i idx = _mm512_add_epi32(_mm512_shuffle_epi8(rel, spread), bytes4);
+                __m512i got = _mm512_srlv_epi32(_mm512_permutexvar_epi8(idx, near), bit);
                 r[g] = _mm512_add_epi32(_mm512_and_si512(v[g], lo16), _mm512_and_si512(got, keep));
             }
             pos += (uint32_t)_mm_extract_epi32(_mm512_extracti32x4_epi32(t, 3), 3);
@@ -1002,6 +1009,7 @@ CPU_HAS(cpu_has_avx512bw, "avx512bw")
 CPU_HAS(cpu_has_avx512dq, "avx512dq")
 #endif
 #ifdef HAVE_WIDE_ZMM
+CPU_HAS(cpu_has_avx512vbmi, "avx512vbmi")
 CPU_HAS(cpu_has_avx512vbmi2, "avx512vbmi2")
 #endif
 
@@ -1021,7 +1029,7 @@ static int wide_avx512_usable(int simd) {
 #ifdef HAVE_WIDE_ZMM
 /* Whether the 512-bit wide kernel runs (wide_zmm: `simd` 1 only). */
 static int wide_zmm_usable(int simd) {
-    return simd == 1 && wide_avx512_usable(simd) && cpu_has_avx512vbmi2();
+    return simd == 1 && wide_avx512_usable(simd) && cpu_has_avx512vbmi() && cpu_has_avx512vbmi2();
 }
 #endif
 
