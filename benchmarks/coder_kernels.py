@@ -4,8 +4,9 @@
                                        [--repeat 15] [--rounds 3]
 
 For each item, the middle 8 MiB of its largest file, read as 16-bit
-values (F16 and BF16 weights, the two halves of F32 ones) and as bytes,
-is cut into blocks of 2^19 values (the last one, or a smaller file's
+values (F16 and BF16 weights, the two halves of F32 ones), as bytes and
+as the low 23 bits of 32-bit words (an F32 mantissa, as float_fields
+splits it off), is cut into blocks of 2^19 values (the last one, or a smaller file's
 only one, shorter) and timed, best of
 --repeat over all blocks, for --rounds rounds:
 
@@ -95,7 +96,7 @@ def measure(builds: dict, values: np.ndarray, blocks: list, width: int, bits: in
 
         def trie(mod=mod):
             for b in blocks:
-                mod.trie_values(b, width, 0, bits, BIN_COST, NODE_COST)
+                mod.trie_values(b, width, max(0, bits - 16), min(bits, 16), BIN_COST, NODE_COST)
 
         result["encode_block"][name] = best(encode, repeat) / counted * 1e9
         result["trie_values"][name] = best(trie, repeat) / counted * 1e9
@@ -123,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|" + "---:|" * len(columns))
     for item in args.items.split(","):
         raw = middle_bytes(args.corpus / item)
-        for label, values, width, bits in (("16-bit", raw.view(np.uint16), 2, 16), ("bytes", raw, 1, 8)):
+        low23 = raw[: len(raw) & ~3].view(np.uint32) & np.uint32((1 << 23) - 1)
+        for label, values, width, bits in (("16-bit", raw.view(np.uint16), 2, 16), ("bytes", raw, 1, 8),
+                                           ("23-bit", low23, 4, 23)):
             blocks = [np.ascontiguousarray(values[k: k + BLOCK]) for k in range(0, len(values), BLOCK)]
             same_blocks(builds, blocks, width, bits, f"{item} {label}")
             rounds = [measure(builds, values, blocks, width, bits, args.repeat) for _ in range(args.rounds)]

@@ -346,6 +346,24 @@ def test_wide_blocks_c_python_and_both_c_kernels_agree(kind, bits, n, monkeypatc
     assert Ans().encode(x, t) == stream
 
 
+@pytest.mark.parametrize("top", [24, 29, 31, 32])
+def test_wide_32_bit_offsets_either_side_of_the_near_kernel(top, monkeypatch):
+    """32-bit values of `top` bits, uniform: one bin, its offsets `top` bits
+    wide (31: a vector's last lane starts up to 59 bytes and 7 bits past its
+    first byte). The 512-bit kernel reads offsets of at most 31 bits
+    (NEAR_BITS) from the 64 bytes at a vector's first, 32-bit ones by
+    gathers; every decoder gives the values back."""
+    monkeypatch.setattr(entropy, "WIDE_MIN", 32)
+    x = np.random.default_rng(top).integers(0, 1 << top, 5000, dtype=np.uint64).astype(np.uint32)
+    _, bins = entropy.trie_of_counts(np.bincount(x >> 16, minlength=1 << 16), 16)
+    assert 16 + max(level for _, level in bins) == top
+    t = Field(32)
+    stream = Ans().encode(x, t)
+    assert stream[0] & entropy.WIDE
+    for out in decoders(stream, len(x), t, monkeypatch):
+        assert np.array_equal(out, x)
+
+
 def assert_damage_alike(stream: bytes, n: int, t: Field, monkeypatch, rng, flips: int, extra_cuts: list[int]):
     """`flips` copies of the stream with one bit flipped: every decoder
     refuses the same ones or gives the same values; cut short (at ten
