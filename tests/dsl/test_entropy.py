@@ -421,11 +421,13 @@ def test_damaged_wide_streams_fail_alike_in_every_decoder(bits, monkeypatch):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mprotect through ctypes")
 @pytest.mark.parametrize("wide", [True, False])
-@pytest.mark.parametrize("bits", [4, 8, 16, 32])
+@pytest.mark.parametrize("bits", [4, 8, 16, 24, 32])
 def test_kernels_read_nothing_past_a_damaged_stream(bits, wide, monkeypatch):
     """Each damaged or cut stream ends just before a page that may not be
     read: a kernel reading past it (the wide ones, or the four-state
-    batches' unchecked loads) would crash the test process."""
+    batches' unchecked loads) would crash the test process. (24 bits: the
+    512-bit kernel's 32-bit values whose offsets it reads 64 bytes at a
+    time; 32: those it gathers.)"""
     monkeypatch.setattr(entropy, "WIDE_MIN", 32 if wide else 1 << 30)
     t, x = Field(bits), values("bell", 3000, bits, seed=13)
     stream = Ans().encode(x, t)
