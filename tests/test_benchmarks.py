@@ -1,6 +1,7 @@
 """The benchmark harness, end to end, on a tiny synthetic corpus."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -210,6 +211,48 @@ def test_coder_kernels_times_each_step_against_another_build(tmp_path, monkeypat
     assert [(r[1], r[2]) for r in rows] == [(kind, step) for kind in ("16-bit", "bytes", "23-bit")
                                             for step in ("encode_block", "trie_values", "decode_stream")]
     assert all(float(r[3]) > 0 and float(r[4].rstrip(" |")) > 0 for r in rows)
+
+
+def test_unpack_profile_counts_the_unpack_window_only(tmp_path, monkeypatch, capsys):
+    """Samples inside the unpack's window count, by function and library;
+    without perf the script says so and exits 2."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks import unpack_profile
+
+    data = tmp_path / "run.data"
+    data.write_bytes(b"")
+    script = ("  10.000100:  ffffffff815e727a clear_page_erms ([kernel.kallsyms])\n"
+              "  10.000200:      7f5610f59060 wide_zmm (/x/brevis/native/_rans.cpython-311-x86_64-linux-gnu.so)\n"
+              "  10.000300:      7f5610f59060 _PyEval_EvalFrameDefault (/usr/lib/libpython3.11.so.1.0)\n"
+              "  12.000000:      7f5610f59060 wide_zmm (/x/_rans.cpython-311-x86_64-linux-gnu.so)\n")
+    monkeypatch.setattr(unpack_profile.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=script, stderr=""))
+    found = unpack_profile.samples_in_window(data, 10.0, 11.0)
+    assert found == {("clear_page_erms", "[kernel.kallsyms]"): 1, ("_PyEval_EvalFrameDefault", "libpython3.11.so.1.0"): 1,
+                     ("wide_zmm", "_rans.cpython-311-x86_64-linux-gnu.so"): 1}
+    assert [unpack_profile.library(d) for _, d in found] == ["kernel", "_rans", "Python"]
+    monkeypatch.undo()
+    monkeypatch.setattr(unpack_profile.shutil, "which", lambda name: None)
+    assert unpack_profile.main(["--items", "x"]) == 2
+    assert "perf is not installed" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(__import__("shutil").which("perf") is None, reason="perf (linux-tools) not installed")
+def test_unpack_profile_on_a_tiny_checkpoint(tmp_path, monkeypatch, capsys):
+    """Two fresh processes unpack its archive under perf: a table of where the window's CPU went."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks import unpack_profile
+
+    if unpack_profile.perf_usable():
+        pytest.skip(unpack_profile.perf_usable())
+    item = tmp_path / "corpus" / "tiny"
+    item.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    save_file({"w": (rng.standard_normal((512, 1024)) * 0.02).astype(np.float16)}, str(item / "model.safetensors"))
+    assert unpack_profile.main([str(tmp_path / "corpus"), "--items", "tiny", "--runs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "### tiny" in out and "| function | library | share | ms a run |" in out
+    assert re.search(r"unpack window [\d.]+ ms", out)
 
 
 def test_phases_times_each_phase_and_the_floor(tmp_path):

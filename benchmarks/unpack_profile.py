@@ -1,0 +1,154 @@
+"""Where a one-shot unpack's time goes, in fresh processes (issues 14 and 18).
+
+    python benchmarks/unpack_profile.py [CORPUS] --items a,b [--runs 10] [--threads 2] [--top 20]
+
+For each item: its archive made once (brevis.compress, into a temporary
+folder), then --runs fresh Python processes, each importing what the
+harness's worker imports before its clock (benchmarks/worker.py), reading
+the archive into memory and calling brevis.unpack once, as the harness's
+in-memory decompression does, under `perf record` (cpu-clock samples at
+20 kHz on every thread, CLOCK_MONOTONIC time stamps). Only the samples
+inside the unpack call (each process prints its window) count: the
+first call of a process pays what a user's one-shot decompression pays
+and a warm loop hides (Python's first run of each function, the kernel
+zeroing the output's pages). The table gives each function's share of
+the CPU time in the window and its ms a run, beside a summary by library.
+
+Needs `perf` (linux-tools) and a kernel that lets this user sample its
+processes (perf_event_paranoid); without them it says so and exits 2.
+Prints Markdown; nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.codecs import BY_NAME  # noqa: E402
+
+DEFAULT_CORPUS = Path.home() / ".cache" / "brevis-corpus"
+FREQUENCY = 20_000  # samples a second of CPU: 0.05 ms each
+
+# One run: the harness worker's imports, the archive read, one timed unpack;
+# the window goes to stderr as CLOCK_MONOTONIC seconds, perf's clock here.
+CHILD = """
+import importlib, sys, time
+for m in {imports!r}:
+    importlib.import_module(m)
+import brevis
+data = open(sys.argv[1], "rb").read()
+start = time.clock_gettime(time.CLOCK_MONOTONIC)
+brevis.unpack(data, threads=int(sys.argv[2]))
+end = time.clock_gettime(time.CLOCK_MONOTONIC)
+sys.stderr.write(f"WINDOW {{start:.6f}} {{end:.6f}}\\n")
+"""
+SAMPLE = re.compile(r"^\s*(\d+\.\d+):\s+[0-9a-f]+\s+(.*?)\s+\((.*)\)\s*$")
+
+
+def perf_usable() -> str | None:
+    """None where perf can sample a child process here, else why not."""
+    if shutil.which("perf") is None:
+        return "perf is not installed (linux-tools)"
+    with tempfile.TemporaryDirectory() as tmp:
+        p = subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-o", os.path.join(tmp, "t.data"), "--",
+                            sys.executable, "-c", "pass"], capture_output=True, text=True)
+    if p.returncode:
+        return f"perf record failed: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else p.returncode}"
+    return None
+
+
+def samples_in_window(data: Path, start: float, end: float) -> Counter:
+    """(function, library) -> samples of the perf file between start and end."""
+    out = subprocess.run(["perf", "script", "-i", str(data), "-F", "time,ip,sym,dso"], capture_output=True,
+                         text=True).stdout
+    found: Counter = Counter()
+    for line in out.splitlines():
+        m = SAMPLE.match(line)
+        if m and start <= float(m.group(1)) <= end:
+            found[(m.group(2) or "?", os.path.basename(m.group(3)))] += 1
+    return found
+
+
+def library(dso: str) -> str:
+    """A short name for a sample's library."""
+    if dso.startswith("libpython"):
+        return "Python"
+    if dso == "[kernel.kallsyms]":
+        return "kernel"
+    return dso.split(".cpython")[0].split(".so")[0]
+
+
+def profile(archive: Path, runs: int, threads: int, tmp: Path) -> tuple[Counter, float]:
+    """Samples by (function, library) over `runs` fresh unpacks, and their mean window in seconds."""
+    child = CHILD.format(imports=("numpy", *BY_NAME["brevis"].imports))
+    total: Counter = Counter()
+    windows = []
+    for k in range(runs):
+        data = tmp / f"run{k}.data"
+        p = subprocess.run(["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-e", "cpu-clock", "-F",
+                            str(FREQUENCY), "-o", str(data), "--", sys.executable, "-c", child, str(archive),
+                            str(threads)], capture_output=True, text=True, cwd=ROOT)
+        m = re.search(r"WINDOW (\S+) (\S+)", p.stderr)
+        if p.returncode or not m:
+            raise SystemExit(f"{archive.name}: the unpack did not run: {p.stderr.strip()[-500:]}")
+        start, end = float(m.group(1)), float(m.group(2))
+        windows.append(end - start)
+        total += samples_in_window(data, start, end)
+        data.unlink()
+    return total, sum(windows) / len(windows)
+
+
+def report(item: str, found: Counter, window: float, runs: int, top: int) -> None:
+    n = sum(found.values()) or 1
+    ms = 1e3 / FREQUENCY / runs  # ms a run per sample
+    print(f"\n### {item}\n")
+    print(f"unpack window {window * 1e3:.1f} ms (mean of {runs} fresh processes), CPU in it "
+          f"{sum(found.values()) * ms:.1f} ms a run")
+    by_library: Counter = Counter()
+    for (_, dso), c in found.items():
+        by_library[library(dso)] += c
+    print("by library: " + ", ".join(f"{name} {c / n:.0%}" for name, c in by_library.most_common(8)) + "\n")
+    print("| function | library | share | ms a run |")
+    print("|---|---|---:|---:|")
+    for (sym, dso), c in found.most_common(top):
+        print(f"| {sym[:60]} | {library(dso)} | {c / n:.1%} | {c * ms:.2f} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("corpus", nargs="?", type=Path, default=DEFAULT_CORPUS)
+    ap.add_argument("--items", required=True)
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--top", type=int, default=20)
+    args = ap.parse_args(argv)
+    why = perf_usable()
+    if why:
+        print(f"unpack_profile: {why}", file=sys.stderr)
+        return 2
+    import brevis
+
+    print(f"# One-shot unpack, {args.runs} fresh processes an item, {args.threads} threads")
+    with tempfile.TemporaryDirectory(prefix="brevis-unpack-profile-") as tmp:
+        tmp = Path(tmp)
+        for item in args.items.split(","):
+            archive = tmp / f"{item}.brv"
+            brevis.compress([str(args.corpus / item)], archive, force=True)
+            found, window = profile(archive, args.runs, args.threads, tmp)
+            report(item, found, window, args.runs, args.top)
+            archive.unlink()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
