@@ -15,7 +15,10 @@ only one, shorter) and timed, best of
 - trie_values: the keys counted and the trie chosen (the search's
   estimate, and the first step of encode_block);
 - decode_stream: a stream of those blocks (as `Ans().encode` writes it)
-  decoded back.
+  decoded back;
+- decode_streams: the same values as streams of 2^15 values (narrow
+  blocks, as small tensors and a partition's classes have them), all
+  decoded in one call, eight blocks at a time (the engine).
 
 With --against, the same calls through another build of the extension
 (a copy of an older brevis/native/_rans*.so), in the same process and
@@ -46,6 +49,7 @@ DEFAULT_CORPUS = Path.home() / ".cache" / "brevis-corpus"
 DEFAULT_ITEMS = "nomic-embed-v1.5-f16,astra-i3d-resnet152,minilm-l6-v2"
 SPAN = 8 << 20
 BLOCK = 1 << 19
+SHORT = 1 << 15  # values of a short stream: narrow blocks (below WIDE_MIN)
 
 
 def load_build(path: Path):
@@ -88,7 +92,13 @@ def measure(builds: dict, values: np.ndarray, blocks: list, width: int, bits: in
     stream = Ans().encode(values, Field(bits))
     out = np.empty(n, dtype=values.dtype)
     counted = sum(len(b) for b in blocks)
-    result: dict[str, dict[str, float]] = {"encode_block": {}, "trie_values": {}, "decode_stream": {}}
+    # Short streams of narrow blocks, decoded in one call: the engine's case.
+    pieces = [values[k: k + SHORT] for k in range(0, n, SHORT)]
+    shorts = [Ans().encode(p, Field(bits)) for p in pieces]
+    outs = [np.empty_like(p) for p in pieces]
+    calls = [(s, len(p), width, bits, o) for s, p, o in zip(shorts, pieces, outs)]
+    result: dict[str, dict[str, float]] = {"encode_block": {}, "trie_values": {}, "decode_stream": {},
+                                           "decode_streams": {}}
     for name, mod in builds.items():
         def encode(mod=mod):
             for b in blocks:
@@ -104,6 +114,9 @@ def measure(builds: dict, values: np.ndarray, blocks: list, width: int, bits: in
                                              repeat) / n * 1e9
         if not np.array_equal(out, values):
             raise SystemExit(f"{name}: decode_stream did not give the values back")
+        result["decode_streams"][name] = best(lambda mod=mod: mod.decode_streams(calls), repeat) / n * 1e9
+        if not all(np.array_equal(o, p) for o, p in zip(outs, pieces)):
+            raise SystemExit(f"{name}: decode_streams did not give the values back")
     return result
 
 

@@ -209,7 +209,8 @@ def test_coder_kernels_times_each_step_against_another_build(tmp_path, monkeypat
                                "--rounds", "1", "--repeat", "1"]) == 0
     rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny")]
     assert [(r[1], r[2]) for r in rows] == [(kind, step) for kind in ("16-bit", "bytes", "23-bit")
-                                            for step in ("encode_block", "trie_values", "decode_stream")]
+                                            for step in ("encode_block", "trie_values", "decode_stream",
+                                                         "decode_streams")]
     assert all(float(r[3]) > 0 and float(r[4].rstrip(" |")) > 0 for r in rows)
 
 

@@ -1211,7 +1211,13 @@ static const char *decode_wide(const uint8_t *in, Py_ssize_t inlen, const uint8_
  * with its checks) and its slot takes the next block. Blocks come from
  * every stream of a decode_streams call (a window of a file's chunks):
  * taesd's narrow F16 blocks 2.03 -> 1.25 ns a value, pocketnet's F32 2.41
- * -> 1.55. */
+ * -> 1.55. Where the 512-bit wide kernel runs, the engine's kernels are
+ * 512-bit too (MULTI_ZMM: four blocks to a vector): coder_kernels'
+ * decode_streams (streams of 2^15 values, tables built and tails alone
+ * included), ns a value: astra 16-bit 2.63-3.10 -> 2.15-2.32, ppocr
+ * 4.00-4.05 -> 3.62-3.70; 23-bit taesd 4.07-4.26 -> 3.54-3.68, ppocr
+ * 3.33-3.44 -> 2.51-2.81, pocketnet 2.78-2.85 -> 2.16-2.28. Sixteen slots
+ * (four vectors) did no better than eight. */
 #define MULTI_SLOTS 8
 #define MULTI_WORD_READS (8 * MULTI_GROUPS + 8)   /* bytes of words a call may read from a slot's position */
 #define MULTI_OFFSET_READS (16 * MULTI_GROUPS + 8)  /* bytes of offsets: four values of <= 32 bits a group, a load of 8 */
@@ -1318,6 +1324,138 @@ MULTI_KERNEL(multi4_avx2_8, uint8_t, 2)
 MULTI_KERNEL(multi4_avx2_16, u16u, 2)
 MULTI_KERNEL(multi4_avx2_32, u32u, 2)
 #undef MULTI_KERNEL
+
+#ifdef HAVE_WIDE_ZMM
+/* The same steps on 512-bit vectors (where wide_zmm runs): four blocks to
+ * a vector (lanes 4j to 4j + 3 block j's states), NV vectors. A block's
+ * renormalizing lanes take its next words, placed by a permute whose
+ * index is each lane's count of renormalizing lanes before it in its
+ * block (prefix sums within 128-bit lanes); offsets as the AVX2 kernel
+ * reads them (gathers, an idle slot's lanes masked off). The same values
+ * as MULTI_KERNEL (the tests run both). */
+#define LANE4(A, B, C, D) _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(A), (B), 1), \
+                                                                  (C), 2), (D), 3)
+#define MULTI_ZMM(NAME, T, NV) \
+ZMM_TARGET \
+static void NAME(narrow_t *const *s, const int *live, const uint64_t *arena, const uint8_t *obase) { \
+    __m512i x[NV], mask[NV], P[NV], base[NV], dbase[NV], shift[NV], pos[NV]; \
+    __mmask16 on[NV]; \
+    const uint8_t *wp[4 * NV]; /* each block's next word */ \
+    T *out[4 * NV]; \
+    for (int k = 0; k < 4 * NV; k++) { wp[k] = s[k]->in + s[k]->at; out[k] = (T *)s[k]->out + s[k]->i; } \
+    for (int v = 0; v < NV; v++) { \
+        narrow_t *const *b = s + 4 * v; \
+        const int *l = live + 4 * v; \
+        x[v] = LANE4(_mm_loadu_si128((const __m128i *)b[0]->x), _mm_loadu_si128((const __m128i *)b[1]->x), \
+                     _mm_loadu_si128((const __m128i *)b[2]->x), _mm_loadu_si128((const __m128i *)b[3]->x)); \
+        mask[v] = LANE4(_mm_set1_epi32((int)b[0]->f.mask), _mm_set1_epi32((int)b[1]->f.mask), \
+                        _mm_set1_epi32((int)b[2]->f.mask), _mm_set1_epi32((int)b[3]->f.mask)); \
+        P[v] = LANE4(_mm_set1_epi32(b[0]->f.P), _mm_set1_epi32(b[1]->f.P), _mm_set1_epi32(b[2]->f.P), \
+                     _mm_set1_epi32(b[3]->f.P)); \
+        base[v] = LANE4(_mm_set1_epi32((int)(b[0]->f.stab - arena)), _mm_set1_epi32((int)(b[1]->f.stab - arena)), \
+                        _mm_set1_epi32((int)(b[2]->f.stab - arena)), _mm_set1_epi32((int)(b[3]->f.stab - arena))); \
+        dbase[v] = LANE4(_mm_set1_epi32(l[0] ? (int)((uintptr_t)b[0]->offs - (uintptr_t)obase) : 0), \
+                         _mm_set1_epi32(l[1] ? (int)((uintptr_t)b[1]->offs - (uintptr_t)obase) : 0), \
+                         _mm_set1_epi32(l[2] ? (int)((uintptr_t)b[2]->offs - (uintptr_t)obase) : 0), \
+                         _mm_set1_epi32(l[3] ? (int)((uintptr_t)b[3]->offs - (uintptr_t)obase) : 0)); \
+        shift[v] = LANE4(_mm_set1_epi32(b[0]->f.shift), _mm_set1_epi32(b[1]->f.shift), _mm_set1_epi32(b[2]->f.shift), \
+                         _mm_set1_epi32(b[3]->f.shift)); \
+        on[v] = (__mmask16)((l[0] ? 0xf : 0) | (l[1] ? 0xf0 : 0) | (l[2] ? 0xf00 : 0) | (l[3] ? 0xf000 : 0)); \
+        pos[v] = LANE4(_mm_set1_epi32((int)b[0]->pos), _mm_set1_epi32((int)b[1]->pos), _mm_set1_epi32((int)b[2]->pos), \
+                       _mm_set1_epi32((int)b[3]->pos)); \
+    } \
+    const __m512i lo16 = _mm512_set1_epi32(0xffff), low = _mm512_set1_epi32(RANS_L); \
+    const __m512i one = _mm512_set1_epi32(1), seven = _mm512_set1_epi32(7), zero = _mm512_setzero_si512(); \
+    const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30); \
+    const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31); \
+    const __m512i quad = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12); \
+    for (int g = 0; g < MULTI_GROUPS; g++) { \
+        __m512i h[NV]; \
+        for (int v = 0; v < NV; v++) { /* each state's step: its slot's frequency | bias << 16, and its bin */ \
+            __m512i slot = _mm512_add_epi32(_mm512_and_si512(x[v], mask[v]), base[v]); \
+            __m512i ea = _mm512_i32gather_epi64(_mm512_castsi512_si256(slot), (const void *)arena, 8); \
+            __m512i eb = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(slot, 1), (const void *)arena, 8); \
+            __m512i e = _mm512_permutex2var_epi32(ea, evens, eb); \
+            h[v] = _mm512_permutex2var_epi32(ea, odds, eb); \
+            x[v] = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(e, lo16), _mm512_srlv_epi32(x[v], P[v])), \
+                                    _mm512_srli_epi32(e, 16)); \
+        } \
+        for (int v = 0; v < NV; v++) { /* renormalization: each block's lanes from its next words, in lane order */ \
+            const uint8_t **w4 = wp + 4 * v; \
+            __mmask16 m = _mm512_cmplt_epu32_mask(x[v], low); \
+            __m512i words = _mm512_cvtepu16_epi32(_mm256_setr_epi64x((long long)load8(w4[0]), (long long)load8(w4[1]), \
+                                                                     (long long)load8(w4[2]), (long long)load8(w4[3]))); \
+            __m512i c = _mm512_maskz_mov_epi32(m, one); \
+            __m512i before = _mm512_add_epi32(_mm512_bslli_epi128(c, 4), \
+                                              _mm512_add_epi32(_mm512_bslli_epi128(c, 8), _mm512_bslli_epi128(c, 12))); \
+            __m512i w = _mm512_permutexvar_epi32(_mm512_add_epi32(quad, before), words); \
+            x[v] = _mm512_mask_or_epi32(x[v], m, _mm512_slli_epi32(x[v], 16), w); \
+            unsigned mm = (unsigned)m; \
+            w4[0] += 2 * __builtin_popcount(mm & 15); \
+            w4[1] += 2 * __builtin_popcount((mm >> 4) & 15); \
+            w4[2] += 2 * __builtin_popcount((mm >> 8) & 15); \
+            w4[3] += 2 * __builtin_popcount(mm >> 12); \
+        } \
+        for (int v = 0; v < NV; v++) { /* offsets: positions by a prefix sum of the widths within each block */ \
+            __m512i wd = _mm512_srli_epi32(h[v], 16), lower = _mm512_and_si512(h[v], lo16); \
+            if (sizeof(T) == 4) lower = _mm512_sllv_epi32(lower, shift[v]); \
+            __m512i t = _mm512_add_epi32(wd, _mm512_bslli_epi128(wd, 4)); \
+            t = _mm512_add_epi32(t, _mm512_bslli_epi128(t, 8)); \
+            __m512i p = _mm512_add_epi32(pos[v], _mm512_sub_epi32(t, wd)); \
+            pos[v] = _mm512_add_epi32(pos[v], _mm512_shuffle_epi32(t, 0xff)); \
+            __m512i byte = _mm512_add_epi32(_mm512_srli_epi32(p, 3), dbase[v]), bit = _mm512_and_si512(p, seven); \
+            __m512i got; \
+            if (sizeof(T) == 4) { /* up to 7 + 32 bits from each lane's byte: 64-bit items */ \
+                __m512i oa = _mm512_mask_i32gather_epi64(zero, (__mmask8)on[v], _mm512_castsi512_si256(byte), \
+                                                         (const void *)obase, 1); \
+                __m512i ob = _mm512_mask_i32gather_epi64(zero, (__mmask8)(on[v] >> 8), \
+                                                         _mm512_extracti64x4_epi64(byte, 1), (const void *)obase, 1); \
+                oa = _mm512_srlv_epi64(oa, _mm512_cvtepu32_epi64(_mm512_castsi512_si256(bit))); \
+                ob = _mm512_srlv_epi64(ob, _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(bit, 1))); \
+                got = _mm512_permutex2var_epi32(oa, evens, ob); \
+            } else \
+                got = _mm512_srlv_epi32(_mm512_mask_i32gather_epi32(zero, on[v], byte, (const void *)obase, 1), bit); \
+            /* a width of 32 shifts the mask's 1 out: all ones, as it should */ \
+            __m512i keep = _mm512_sub_epi32(_mm512_sllv_epi32(one, wd), one); \
+            __m512i r = _mm512_add_epi32(lower, _mm512_and_si512(got, keep)); \
+            T *const *o = out + 4 * v; \
+            if (sizeof(T) == 4) { \
+                _mm_storeu_si128((__m128i *)(o[0] + 4 * g), _mm512_castsi512_si128(r)); \
+                _mm_storeu_si128((__m128i *)(o[1] + 4 * g), _mm512_extracti32x4_epi32(r, 1)); \
+                _mm_storeu_si128((__m128i *)(o[2] + 4 * g), _mm512_extracti32x4_epi32(r, 2)); \
+                _mm_storeu_si128((__m128i *)(o[3] + 4 * g), _mm512_extracti32x4_epi32(r, 3)); \
+            } else if (sizeof(T) == 2) { \
+                __m256i q = _mm512_cvtepi32_epi16(r); \
+                __m128i q0 = _mm256_castsi256_si128(q), q1 = _mm256_extracti128_si256(q, 1); \
+                _mm_storel_epi64((__m128i *)(o[0] + 4 * g), q0); \
+                _mm_storel_epi64((__m128i *)(o[1] + 4 * g), _mm_unpackhi_epi64(q0, q0)); \
+                _mm_storel_epi64((__m128i *)(o[2] + 4 * g), q1); \
+                _mm_storel_epi64((__m128i *)(o[3] + 4 * g), _mm_unpackhi_epi64(q1, q1)); \
+            } else { \
+                __m128i q = _mm512_cvtepi32_epi8(r); \
+                uint32_t f[4]; \
+                _mm_storeu_si128((__m128i *)f, q); \
+                for (int j = 0; j < 4; j++) memcpy(o[j] + 4 * g, &f[j], 4); \
+            } \
+        } \
+    } \
+    for (int v = 0; v < NV; v++) { \
+        uint32_t lanes[16], bits[16]; \
+        _mm512_storeu_si512((void *)lanes, x[v]); \
+        _mm512_storeu_si512((void *)bits, pos[v]); \
+        for (int j = 0; j < 4; j++) { memcpy(s[4 * v + j]->x, lanes + 4 * j, 16); s[4 * v + j]->pos = bits[4 * j]; } \
+    } \
+    for (int k = 0; k < 4 * NV; k++) { s[k]->at = (uint64_t)(wp[k] - s[k]->in); s[k]->i += 4 * MULTI_GROUPS; } \
+}
+MULTI_ZMM(multi8_zmm_8, uint8_t, 2)
+MULTI_ZMM(multi8_zmm_16, u16u, 2)
+MULTI_ZMM(multi8_zmm_32, u32u, 2)
+MULTI_ZMM(multi4_zmm_8, uint8_t, 1)
+MULTI_ZMM(multi4_zmm_16, u16u, 1)
+MULTI_ZMM(multi4_zmm_32, u32u, 1)
+#undef MULTI_ZMM
+#undef LANE4
+#endif
 #endif
 
 /* The engine of one decode call for values of one width: its slots, their
@@ -1400,6 +1538,19 @@ static void multi_run(multi_t *m, int drain) {
             m->arena[(size_t)k * SLOT_ENTRIES] = m->arena[(size_t)k * SLOT_ENTRIES + 1] = 0;
             for (int j = 0; j < LANES; j++) b->x[j] = RANS_L;
         }
+#ifdef HAVE_WIDE_ZMM
+        if (wide_zmm_usable(m->simd)) {
+            if (slots == 8) {
+                if (m->width == 1) multi8_zmm_8(s, live, m->arena, m->obase);
+                else if (m->width == 2) multi8_zmm_16(s, live, m->arena, m->obase);
+                else multi8_zmm_32(s, live, m->arena, m->obase);
+            } else {
+                if (m->width == 1) multi4_zmm_8(s, live, m->arena, m->obase);
+                else if (m->width == 2) multi4_zmm_16(s, live, m->arena, m->obase);
+                else multi4_zmm_32(s, live, m->arena, m->obase);
+            }
+        } else
+#endif
 #ifdef HAVE_WIDE_AVX2
         if (slots == 8) {
             if (m->width == 1) multi8_avx2_8(s, live, m->arena, m->obase);
