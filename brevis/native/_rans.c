@@ -1226,6 +1226,19 @@ static const char *decode_wide(const uint8_t *in, Py_ssize_t inlen, const uint8_
 /* lane k < 4 of mask m takes word popcount(m & ((1 << k) - 1)) of its block, lane k >= 4 word 4 + that of m >> 4 */
 static int32_t multi_perm[256][8];
 
+/* After an engine call: each of `count` blocks' four states and offset
+ * position from the kernel's lanes (four a block, in order), where its
+ * words got to (wp), and its values advanced by the call's. */
+static inline void engine_save(narrow_t *const *s, int count, const uint32_t *lanes, const uint32_t *bits,
+                               const uint8_t *const *wp) {
+    for (int k = 0; k < count; k++) {
+        memcpy(s[k]->x, lanes + 4 * k, 16);
+        s[k]->pos = bits[4 * k];
+        s[k]->at = (uint64_t)(wp[k] - s[k]->in);
+        s[k]->i += 4 * MULTI_GROUPS;
+    }
+}
+
 #ifdef HAVE_WIDE_AVX2
 /* One kernel per width of value (T). Offsets are read with gathers
  * from `obase`, which every active slot's offsets lie within 2^31 bytes of
@@ -1307,15 +1320,12 @@ static void NAME(narrow_t *const *s, const int *live, const uint64_t *arena, con
             } \
         } \
     } \
+    uint32_t lanes[8 * NV], bits[8 * NV]; \
     for (int v = 0; v < NV; v++) { \
-        uint32_t lanes[8], bits[8]; \
-        _mm256_storeu_si256((__m256i *)lanes, x[v]); \
-        _mm256_storeu_si256((__m256i *)bits, pos[v]); \
-        memcpy(s[2 * v]->x, lanes, 16); \
-        memcpy(s[2 * v + 1]->x, lanes + 4, 16); \
-        s[2 * v]->pos = bits[0]; s[2 * v + 1]->pos = bits[4]; \
+        _mm256_storeu_si256((__m256i *)(lanes + 8 * v), x[v]); \
+        _mm256_storeu_si256((__m256i *)(bits + 8 * v), pos[v]); \
     } \
-    for (int k = 0; k < 2 * NV; k++) { s[k]->at = (uint64_t)(wp[k] - s[k]->in); s[k]->i += 4 * MULTI_GROUPS; } \
+    engine_save(s, 2 * NV, lanes, bits, wp); \
 }
 MULTI_KERNEL(multi8_avx2_8, uint8_t, 4)
 MULTI_KERNEL(multi8_avx2_16, u16u, 4)
@@ -1439,13 +1449,12 @@ static void NAME(narrow_t *const *s, const int *live, const uint64_t *arena, con
             } \
         } \
     } \
+    uint32_t lanes[16 * NV], bits[16 * NV]; \
     for (int v = 0; v < NV; v++) { \
-        uint32_t lanes[16], bits[16]; \
-        _mm512_storeu_si512((void *)lanes, x[v]); \
-        _mm512_storeu_si512((void *)bits, pos[v]); \
-        for (int j = 0; j < 4; j++) { memcpy(s[4 * v + j]->x, lanes + 4 * j, 16); s[4 * v + j]->pos = bits[4 * j]; } \
+        _mm512_storeu_si512((void *)(lanes + 16 * v), x[v]); \
+        _mm512_storeu_si512((void *)(bits + 16 * v), pos[v]); \
     } \
-    for (int k = 0; k < 4 * NV; k++) { s[k]->at = (uint64_t)(wp[k] - s[k]->in); s[k]->i += 4 * MULTI_GROUPS; } \
+    engine_save(s, 4 * NV, lanes, bits, wp); \
 }
 MULTI_ZMM(multi8_zmm_8, uint8_t, 2)
 MULTI_ZMM(multi8_zmm_16, u16u, 2)
