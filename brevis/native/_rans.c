@@ -819,7 +819,8 @@ static int wide_avx512(WIDE_PARAMS) { return wide_body(WIDE_ARGS); }
  * byte permutes (VBMI; a funnel shift of two for 32-bit values) instead of
  * a gather, where they lie inside them: always for 8 and 16-bit values,
  * for 32-bit ones up to NEAR_BITS wide. A group reads at most 64 bytes of
- * words and 128 of offsets past its start, inside wide_body's bounds.
+ * words past its start, and of offsets 128 where it permutes (136 where it
+ * gathers, as wide_body): inside WIDE_READS.
  * The same values as wide_body (the tests run both). */
 #if (defined(__clang__) && __clang_major__ >= 7) || (!defined(__clang__) && __GNUC__ >= 8)  /* VBMI2's intrinsics */
 #define HAVE_WIDE_ZMM 1
@@ -895,10 +896,10 @@ static inline int wide_zmm_body(WIDE_PARAMS, int near) {
                 r[g] = _mm512_add_epi32(v[g], _mm512_and_si512(got, keep));
             } else {  /* 16 lanes of up to 16 bits: inside the 64 bytes from the first lane's byte */
                 uint32_t first = pos >> 3;
-                __m512i near = _mm512_loadu_si512((const void *)(offs + first));
+                __m512i bytes = _mm512_loadu_si512((const void *)(offs + first));
                 __m512i rel = _mm512_sub_epi32(at8, _mm512_set1_epi32((int)first));
                 __m512i idx = _mm512_add_epi32(_mm512_shuffle_epi8(rel, spread), bytes4);
-                __m512i got = _mm512_srlv_epi32(_mm512_permutexvar_epi8(idx, near), bit);
+                __m512i got = _mm512_srlv_epi32(_mm512_permutexvar_epi8(idx, bytes), bit);
                 r[g] = _mm512_add_epi32(_mm512_and_si512(v[g], lo16), _mm512_and_si512(got, keep));
             }
             pos += (uint32_t)_mm_extract_epi32(_mm512_extracti32x4_epi32(t, 3), 3);
