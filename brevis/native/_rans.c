@@ -405,13 +405,39 @@ static const char *check_model(const uint32_t *freq, const uint32_t *cum, const 
 
 /* The fast path's slot table of a checked model (P <= 15): see fast_t.
  * Returns the widest offset of any bin (0: no bin has offset bits). */
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+CPU_HAS(cpu_has_avx512f_stab, "avx512f")
+/* build_stab's loop eight entries a store: a bin's entries are its first
+ * one plus j << 16, the last store of a bin masked to what is left. */
+__attribute__((target("avx512f")))
+static void fill_stab_zmm(const uint32_t *freq, const uint32_t *lower, const uint8_t *obits, Py_ssize_t bins,
+                          int shift, uint64_t *stab) {
+    const __m512i steps = _mm512_setr_epi64(0, 1 << 16, 2 << 16, 3 << 16, 4 << 16, 5 << 16, 6 << 16, 7 << 16);
+    const __m512i eight = _mm512_set1_epi64(8 << 16);
+    for (Py_ssize_t r = 0, t = 0; r < bins; r++) {
+        uint64_t first = (uint64_t)((lower[r] >> shift) | (uint32_t)obits[r] << 16) << 32 | freq[r];
+        __m512i e = _mm512_add_epi64(_mm512_set1_epi64((long long)first), steps);
+        uint32_t j = 0, f = freq[r];
+        for (; j + 8 <= f; j += 8, t += 8, e = _mm512_add_epi64(e, eight)) _mm512_storeu_si512((void *)(stab + t), e);
+        if (j < f) { _mm512_mask_storeu_epi64((void *)(stab + t), (__mmask8)((1u << (f - j)) - 1), e); t += f - j; }
+    }
+}
+#endif
+
 static int build_stab(const uint32_t *freq, const uint32_t *lower, const uint8_t *obits, Py_ssize_t bins, int shift,
                       uint64_t *stab) {
     int widest = 0;
+    for (Py_ssize_t r = 0; r < bins; r++) if (obits[r] > widest) widest = obits[r];
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+    if (cpu_has_avx512f_stab()) {
+        fill_stab_zmm(freq, lower, obits, bins, shift, stab);
+        return widest;
+    }
+#endif
     for (Py_ssize_t r = 0, t = 0; r < bins; r++) {
         uint64_t hi = (uint64_t)((lower[r] >> shift) | (uint32_t)obits[r] << 16) << 32;
         for (uint32_t j = 0; j < freq[r]; j++, t++) stab[t] = hi | freq[r] | j << 16;
-        if (obits[r] > widest) widest = obits[r];
     }
     return widest;
 }
