@@ -403,8 +403,6 @@ static const char *check_model(const uint32_t *freq, const uint32_t *cum, const 
     return total == M ? NULL : "bad model";
 }
 
-/* The fast path's slot table of a checked model (P <= 15): see fast_t.
- * Returns the widest offset of any bin (0: no bin has offset bits). */
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 CPU_HAS(cpu_has_avx512f_stab, "avx512f")
@@ -425,12 +423,15 @@ static void fill_stab_zmm(const uint32_t *freq, const uint32_t *lower, const uin
 }
 #endif
 
+/* The fast path's slot table of a checked model (P <= 15): see fast_t.
+ * Returns the widest offset of any bin (0: no bin has offset bits).
+ * `simd` 0: the plain loop (the tests hold both to the same values). */
 static int build_stab(const uint32_t *freq, const uint32_t *lower, const uint8_t *obits, Py_ssize_t bins, int shift,
-                      uint64_t *stab) {
+                      uint64_t *stab, int simd) {
     int widest = 0;
     for (Py_ssize_t r = 0; r < bins; r++) if (obits[r] > widest) widest = obits[r];
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-    if (cpu_has_avx512f_stab()) {
+    if (simd && cpu_has_avx512f_stab()) {
         fill_stab_zmm(freq, lower, obits, bins, shift, stab);
         return widest;
     }
@@ -627,7 +628,7 @@ static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_
     if (error) return error;
     if (P <= 15 && n >= BATCH) {  /* the fast path, on the slot table */
         narrow_t b;
-        int widest = build_stab(freq, lower, obits, bins, shift, stab);
+        int widest = build_stab(freq, lower, obits, bins, shift, stab, simd);
         error = narrow_start(&b, in, inlen, offs, offslen, spare, n, out, stab, P, shift, widest);
         return error ? error : narrow_finish(&b, width, simd);
     }
@@ -1631,7 +1632,7 @@ static const char *multi_add(multi_t *m, const uint8_t *in, Py_ssize_t inlen, co
         for (k = 0; k < MULTI_SLOTS && m->used[k]; k++) {}
     }
     uint64_t *stab = m->arena + (size_t)k * SLOT_ENTRIES;
-    int widest = build_stab(freq, lower, obits, bins, shift, stab);
+    int widest = build_stab(freq, lower, obits, bins, shift, stab, m->simd);
     const char *error = narrow_start(&m->slot[k], in, inlen, offs, offslen, spare, n, out, stab, P, shift, widest);
     if (error) return error;
     m->slot[k].stream = stream;
