@@ -256,6 +256,37 @@ def test_unpack_profile_on_a_tiny_checkpoint(tmp_path, monkeypatch, capsys):
     assert re.search(r"unpack window [\d.]+ ms", out)
 
 
+def test_race_names_the_fastest_peer_and_tallies_the_items(tmp_path, capsys, monkeypatch):
+    """Brevis against the fastest peer that raced on each item, the faster
+    in bold; overall only against peers that ran every item."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks import race
+
+    def result(best, median, mean, items=None):
+        r = {"decompress_mb_s_memory": best, "decompress_mb_s_memory_median": median,
+             "decompress_mb_s_memory_mean": mean}
+        return r if items is None else dict(r, items=items)
+
+    run = {"codecs": [{"name": "brevis"}, {"name": "zstd-3"}, {"name": "zipnn"}], "modes": ["memory"],
+           "brevis_revision": "abc1234", "date": "2026-12-05", "threads": 2, "repeat": 3,
+           "items": [{"name": "a", "results": {"brevis": result(900, 800, 700), "zstd-3": result(500, 500, 500),
+                                               "zipnn": result(1000, 700, 650)}},
+                     {"name": "b", "results": {"brevis": result(300, 300, 300), "zstd-3": result(200, 200, 200)}}],
+           "overall": {"brevis": result(600, 550, 500, 2), "zstd-3": result(350, 350, 350, 2),
+                       "zipnn": result(1000, 700, 650, 1)}}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    assert race.main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "| a | 900 / **1000 (zipnn)** | **800** / 700 (zipnn) | **700** / 650 (zipnn) |" in out
+    assert "| b | **300** / 200 (zstd-3) |" in out
+    assert "| overall | **600** / 350 (zstd-3) |" in out  # ZipNN's overall covers one item of two
+    assert "- memory, best: ahead on 1 of 2; behind on a 900 / 1000" in out
+    assert "- memory, median: ahead on 2 of 2" in out
+    assert race.main([str(path), "--peers", "pcodec-8"]) == 2
+    assert race.main([str(path), "--modes", "tmpfs"]) == 2
+
+
 def test_phases_times_each_phase_and_the_floor(tmp_path):
     item = tmp_path / "corpus" / "tiny"
     item.mkdir(parents=True)
