@@ -79,9 +79,11 @@ static uint16_t *wide_encode_avx2(const uint64_t *rec, const uint16_t *ranks, Py
 /* BMI2's shifts take any register as the count, not only cl (fewer moves
  * and spills): the coder's loops shift by a value's width or a bin's. */
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
 #define HAVE_BMI2 1
 #define BMI2 __attribute__((target("bmi2")))
 CPU_HAS(cpu_has_bmi2, "bmi2")
+CPU_HAS(cpu_has_avx512f, "avx512f")
 #endif
 
 static inline void store8(uint8_t *p, uint64_t v) {
@@ -404,8 +406,6 @@ static const char *check_model(const uint32_t *freq, const uint32_t *cum, const 
 }
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-CPU_HAS(cpu_has_avx512f_stab, "avx512f")
 /* build_stab's loop eight entries a store: a bin's entries are its first
  * one plus j << 16, the last store of a bin masked to what is left. */
 __attribute__((target("avx512f")))
@@ -431,7 +431,7 @@ static int build_stab(const uint32_t *freq, const uint32_t *lower, const uint8_t
     int widest = 0;
     for (Py_ssize_t r = 0; r < bins; r++) if (obits[r] > widest) widest = obits[r];
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-    if (simd && cpu_has_avx512f_stab()) {
+    if (simd && cpu_has_avx512f()) {
         fill_stab_zmm(freq, lower, obits, bins, shift, stab);
         return widest;
     }
@@ -715,8 +715,7 @@ static const char *decode_core(const uint8_t *in, Py_ssize_t inlen, const uint8_
 static int32_t wide_perm[256][8];  /* lane k of mask m takes word popcount(m & ((1 << k) - 1)) */
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define HAVE_WIDE_AVX2 1
+#define HAVE_WIDE_AVX2 1  /* (immintrin.h included with HAVE_BMI2, on the same hosts) */
 /* Eight lanes' 64-bit items at byte offsets idx * scale from base, in two
  * gathers of four: lanes 0, 1, 4, 5 and 2, 3, 6, 7, so that one shuffle
  * takes their low halves in lane order (and another their high halves).
@@ -1059,7 +1058,6 @@ WIDE_SCALAR(wide_scalar32, u32u, wtab[slot], v & vmask)
 
 #ifdef HAVE_WIDE_AVX2
 CPU_HAS(cpu_has_avx2, "avx2")
-CPU_HAS(cpu_has_avx512f, "avx512f")
 CPU_HAS(cpu_has_avx512vl, "avx512vl")
 CPU_HAS(cpu_has_avx512bw, "avx512bw")
 CPU_HAS(cpu_has_avx512dq, "avx512dq")
