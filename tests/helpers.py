@@ -152,9 +152,10 @@ def roundtrip(program: Program, t: Field, x: np.ndarray) -> list[bytes]:
     # Into a chunk's place, as decompressing does (a root with writes_into
     # rebuilds there; the others are copied in): the same bytes, in `into`.
     # A place is aligned to its elements or not (ONNX puts tensors at any
-    # byte of their file): both.
+    # byte of their file): both; a byte root's too (its children may take
+    # the place as wider elements: view).
     size = t.container.itemsize
-    for shift in (0, 1) if size > 1 else (0,):
+    for shift in (0, 1):
         into = np.full(len(x) * size + shift, 0x5A, dtype=np.uint8)[shift:].view(t.container)
         got = decode(program, t, len(x), [memoryview(s) for s in streams], reference, into)
         assert got is into and as_bytes(into) == as_bytes(x), \

@@ -50,8 +50,15 @@ class View(Operator):
             raise NotApplicable("not whole elements")
         return [np.ascontiguousarray(x).view(self.dtype.uint)]
 
-    def inverse(self, n, t, read):
+    # Into the chunk's place (its child decodes there, as the elements: a
+    # place at any byte is fine, every decoder stores unaligned).
+    writes_into = True
+
+    def inverse(self, n, t, read, out=None):
         size = self.dtype.itemsize
         if n % size:
             raise FormatError(f"view: {n} bytes are not whole {self.dtype.name} elements")
-        return np.ascontiguousarray(read(0, n // size)).view(np.uint8)
+        if out is None:
+            return np.ascontiguousarray(read(0, n // size)).view(np.uint8)
+        read.into(0, n // size, out.view(self.dtype.uint))
+        return out
