@@ -82,7 +82,9 @@ class Records(Operator):
         if n % size:
             raise FormatError("records: not whole records")
         records = n // size
-        rows = (np.empty(n, np.uint8) if out is None else out).reshape(records, size)
+        # (A place not in one piece would make reshape copy: rebuilt beside it then.)
+        place = out if out is not None and out.flags.c_contiguous else np.empty(n, np.uint8)
+        rows = place.reshape(records, size)
         pos = 0
         for i, (count, width) in enumerate(self._config["fields"]):
             part = read(i, records * count)

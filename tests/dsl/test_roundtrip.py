@@ -931,6 +931,24 @@ def test_running_sums_decode_in_their_place(op, leaf):
     assert as_bytes(place) == as_bytes(x)
 
 
+@pytest.mark.parametrize("program", [
+    Program.op(Records(fields=[[1, 2], [16, 1]]), Program.leaf(Ans()), Program.leaf(Raw())),
+    Program.op(View(dtype="F32"), Program.leaf(Ans())),
+], ids=["records", "view"])
+def test_byte_roots_decode_into_a_place_in_pieces(program):
+    """records and view rebuild a chunk in its place where it is one piece
+    of memory; a place with gaps (a strided view) gets the same bytes, put
+    there by the interpreter, not lost in a copy reshape made."""
+    from brevis.dsl import decode
+
+    t = Field(8)
+    x = np.random.default_rng(5).integers(0, 256, 18 * 200).astype(np.uint8)
+    streams = [memoryview(s) for s in encode(program, x, t)]
+    place = np.zeros(2 * len(x), np.uint8)[::2]
+    assert decode(program, t, len(x), streams, out=place) is place
+    assert as_bytes(place) == as_bytes(x)
+
+
 @pytest.mark.parametrize("config", [dict(preset=10, lc=3, lp=0, pb=2), dict(preset=6, lc=3, lp=2, pb=2),
                                     dict(preset=6, lc=5, lp=0, pb=2), dict(preset=6, lc=0, lp=0, pb=5),
                                     dict(preset=-1, lc=0, lp=0, pb=0)])
