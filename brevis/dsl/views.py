@@ -60,5 +60,5 @@ class View(Operator):
             raise FormatError(f"view: {n} bytes are not whole {self.dtype.name} elements")
         if out is None or not out.flags.c_contiguous:  # (inverse_into copies it into a place in pieces)
             return np.ascontiguousarray(read(0, n // size)).view(np.uint8)
-        read.into(0, n // size, out.view(self.dtype.uint))
+        read.into(0, n // size, out.view(tensor(self.dtype).container))  # (the type into() checks)
         return out
