@@ -39,5 +39,10 @@ class Constant(Operator):
             raise NotApplicable("values are not constant")
         return []
 
-    def inverse(self, n, t, read):
-        return np.full(n, self._config["value"], dtype=t.container)
+    writes_into = True  # filled in the chunk's place
+
+    def inverse(self, n, t, read, out=None):
+        if out is None:
+            return np.full(n, self._config["value"], dtype=t.container)
+        out.fill(self._config["value"])
+        return out

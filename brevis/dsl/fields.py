@@ -268,9 +268,16 @@ class LowZeroBits(Operator):
         out = np.empty(len(x), Field(t.bits - shift).container)
         return [np.right_shift(x, word(shift), out=out, casting="unsafe")]
 
-    def inverse(self, n, t, read):
-        v = read(0, n).astype(t.container)
-        return v << t.container.type(self._config["shift"])
+    # The child's value, widened first (the shift keeps every bit), shifted
+    # straight into the chunk's place.
+    writes_into = True
+
+    def inverse(self, n, t, read, out=None):
+        v = read(0, n)
+        shift = t.container.type(self._config["shift"])
+        if out is None:
+            return v.astype(t.container) << shift
+        return np.left_shift(v.astype(t.container, copy=False), shift, out=out)
 
 
 @register
