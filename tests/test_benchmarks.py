@@ -335,3 +335,28 @@ def test_scaling_measures_each_jobs_count_and_concurrent_runs(tmp_path):
     assert concurrent == [("compress", "1"), ("compress", "2"), ("decompress", "1"), ("decompress", "2")]
     assert all(float(r[5]) > 0 and float(r[6]) > 0 for r in rows if len(r) == 10)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]  # archives and outputs cleaned up
+
+
+def test_ab_races_two_trees_in_turns(tmp_path, monkeypatch, capsys):
+    """The checkout against itself (no worktree to build): a row per item
+    with each side's mean / median / best and B / A, in both modes; an
+    unknown revision and an item not in the corpus exit 2, saying why."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks import ab
+
+    item = tmp_path / "corpus" / "tiny"
+    item.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    save_file({"w": (rng.standard_normal((256, 512)) * 0.02).astype(np.float16)}, str(item / "model.safetensors"))
+    for mode in ("unpack", "decompress"):
+        assert ab.main([".", ".", str(tmp_path / "corpus"), "--items", "tiny", "--runs", "2", "--mode", mode,
+                        "--out-dir", str(tmp_path)]) == 0
+        out = capsys.readouterr().out
+        assert f"# {mode}, . (A) against . (B): 2 fresh processes each" in out
+        assert re.search(r"^\| tiny \| [\d.]+ / [\d.]+ / [\d.]+ \| [\d.]+ / [\d.]+ / [\d.]+ \| [\d.]+ \|$", out, re.M)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]  # the outputs removed
+    assert ab.main(["no-such-revision", ".", str(tmp_path / "corpus"), "--items", "tiny"]) == 2
+    assert "'no-such-revision' is not a revision" in capsys.readouterr().err
+    assert ab.main([".", ".", str(tmp_path / "corpus"), "--items", "tiny,absent"]) == 2
+    err = capsys.readouterr().err
+    assert "not in" in err and "absent" in err and "tiny" not in err

@@ -1,0 +1,171 @@
+"""Two revisions of Brevis raced on the same archives, in fresh processes
+taking turns (A, B, A, B, ...): what a one-shot decompression costs each, on
+a host whose speed moves by a fifth within minutes, where runs made apart
+cannot be compared (issues 14 and 18).
+
+    python benchmarks/ab.py REV_A REV_B [CORPUS] --items a,b [--runs 10] [--threads 2] [--mode unpack]
+
+A revision is a git revision of this repository, checked out into a
+temporary worktree with its extensions built there (`setup.py build_ext
+--inplace`, a minute or so), or `.`: this checkout as it is. Each item's
+archive is made once, by REV_A (B must read A's archives). A run is a fresh
+Python in the revision's tree, importing what the harness's worker imports
+before its clock (benchmarks/worker.py), then timing one call: `unpack`,
+brevis.unpack on the archive read into memory beforehand, as the harness's
+in-memory decompression; `decompress`, brevis.decompress into a new folder
+on tmpfs (--out-dir), as its file-to-file pass (without its fsync, which
+costs nothing on tmpfs). Prints, per item, the mean, median and best of
+each side in ms and B's mean over A's; the worktrees are removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.codecs import BY_NAME  # noqa: E402
+
+DEFAULT_CORPUS = Path.home() / ".cache" / "brevis-corpus"
+
+# One run, in the revision's tree (argv: tree, mode, archive, threads, out).
+# A module an older revision lacks is skipped, not fatal.
+CHILD = """
+import importlib, sys, time
+tree, mode, archive, threads, out = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+sys.path.insert(0, tree)
+for m in {imports!r}:
+    try:
+        importlib.import_module(m)
+    except ModuleNotFoundError:
+        pass
+import brevis
+assert brevis.__file__.startswith(tree), brevis.__file__
+if mode == "unpack":
+    data = open(archive, "rb").read()
+    start = time.perf_counter()
+    brevis.unpack(data, threads=threads)
+else:
+    start = time.perf_counter()
+    brevis.decompress(archive, out, threads=threads, force=True)
+print(time.perf_counter() - start)
+"""
+COMPRESS = "import sys; sys.path.insert(0, sys.argv[1]); import brevis; brevis.compress([sys.argv[2]], sys.argv[3], force=True)"
+
+
+class Failed(Exception):
+    """A revision that cannot be checked out or built, or a run that failed: the message says which."""
+
+
+def checkout(rev: str, tmp: Path) -> Path:
+    """The tree of revision `rev`: this checkout for `.`, else a worktree
+    under tmp with its extensions built."""
+    if rev == ".":
+        return ROOT
+    p = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+                       capture_output=True, text=True)
+    if p.returncode:
+        raise Failed(f"{rev!r} is not a revision of {ROOT}")
+    tree = tmp / f"rev-{p.stdout.strip()[:12]}"
+    p = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev],
+                       capture_output=True, text=True)
+    if p.returncode:
+        raise Failed(f"cannot check out {rev}: {p.stderr.strip()}")
+    p = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree,
+                       capture_output=True, text=True)
+    if p.returncode:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
+        raise Failed(f"{rev}'s extensions do not build: {p.stderr.strip()[-500:]}")
+    return tree
+
+
+def run_once(tree: Path, mode: str, archive: Path, threads: int, out: Path) -> float:
+    """Seconds of one call in a fresh process of `tree`'s revision."""
+    shutil.rmtree(out, ignore_errors=True)
+    child = CHILD.format(imports=("numpy", *BY_NAME["brevis"].imports))
+    p = subprocess.run([sys.executable, "-c", child, str(tree), mode, str(archive), str(threads), str(out) + "/"],
+                       capture_output=True, text=True, cwd=tree)
+    shutil.rmtree(out, ignore_errors=True)
+    if p.returncode:
+        raise Failed(f"{tree.name}: {mode} of {archive.name} failed: {p.stderr.strip()[-500:]}")
+    return float(p.stdout.split()[-1])
+
+
+def race(trees: tuple[Path, Path], mode: str, archive: Path, runs: int, threads: int,
+         out: Path) -> tuple[list[float], list[float]]:
+    """Each side's seconds over `runs` turns, A then B in each."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(runs):
+        for side, tree in enumerate(trees):
+            times[side].append(run_once(tree, mode, archive, threads, out))
+    return times
+
+
+def row(item: str, a: list[float], b: list[float]) -> str:
+    def cells(t):
+        return f"{statistics.mean(t) * 1e3:.2f} / {statistics.median(t) * 1e3:.2f} / {min(t) * 1e3:.2f}"
+
+    return f"| {item} | {cells(a)} | {cells(b)} | {statistics.mean(b) / statistics.mean(a):.3f} |"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("rev_a")
+    ap.add_argument("rev_b")
+    ap.add_argument("corpus", nargs="?", type=Path, default=DEFAULT_CORPUS)
+    ap.add_argument("--items", required=True)
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--mode", choices=("unpack", "decompress"), default="unpack")
+    ap.add_argument("--out-dir", type=Path, default=Path("/dev/shm"),
+                    help="where decompress writes (default /dev/shm, tmpfs)")
+    args = ap.parse_args(argv)
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")
+    items = args.items.split(",")
+    missing = [i for i in items if not (args.corpus / i).exists()]
+    if missing:
+        print(f"ab: not in {args.corpus}: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="brevis-ab-") as tmp:
+        tmp = Path(tmp)
+        trees: list[Path] = []
+        try:
+            for rev in (args.rev_a, args.rev_b):
+                trees.append(trees[0] if trees and rev == args.rev_a else checkout(rev, tmp))
+            print(f"# {args.mode}, {args.rev_a} (A) against {args.rev_b} (B): {args.runs} fresh processes each, "
+                  f"taking turns, {args.threads} threads\n")
+            print("| item | A ms: mean / median / best | B ms: mean / median / best | B / A (means) |")
+            print("|---|---|---|---|")
+            for item in items:
+                archive = tmp / f"{item}.brv"
+                p = subprocess.run([sys.executable, "-c", COMPRESS, str(trees[0]), str(args.corpus / item),
+                                    str(archive)], capture_output=True, text=True, cwd=trees[0])
+                if p.returncode:
+                    raise Failed(f"{args.rev_a} cannot compress {item}: {p.stderr.strip()[-500:]}")
+                out = Path(tempfile.mkdtemp(prefix="brevis-ab-out-", dir=args.out_dir))
+                try:
+                    a, b = race((trees[0], trees[1]), args.mode, archive, args.runs, args.threads, out)
+                finally:
+                    shutil.rmtree(out, ignore_errors=True)
+                print(row(item, a, b), flush=True)
+                archive.unlink()
+        except Failed as e:
+            print(f"ab: {e}", file=sys.stderr)
+            return 2
+        finally:
+            for tree in {t for t in trees if t != ROOT}:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                               capture_output=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
