@@ -1,6 +1,6 @@
 """Where a one-shot unpack's time goes, in fresh processes (issues 14 and 18).
 
-    python benchmarks/unpack_profile.py [CORPUS] --items a,b [--runs 10] [--threads 2] [--top 20]
+    python benchmarks/unpack_profile.py [CORPUS] --items a,b [--runs 10] [--threads 2] [--top 20] [--mode unpack]
 
 For each item: its archive made once (brevis.compress, into a temporary
 folder), then --runs fresh Python processes, each importing what the
@@ -13,6 +13,9 @@ first call of a process pays what a user's one-shot decompression pays
 and a warm loop hides (Python's first run of each function, the kernel
 zeroing the output's pages). The table gives each function's share of
 the CPU time in the window and its ms a run, beside a summary by library.
+`--mode decompress`: brevis.decompress from the archive's file into a new
+folder on tmpfs (--out-dir) instead, as the harness's file-to-file pass
+(its fsync, free on tmpfs, left out).
 
 Needs `perf` (linux-tools) and a kernel that lets this user sample its
 processes (perf_event_paranoid); without them it says so and exits 2.
@@ -46,9 +49,14 @@ import importlib, sys, time
 for m in {imports!r}:
     importlib.import_module(m)
 import brevis
-data = open(sys.argv[1], "rb").read()
-start = time.clock_gettime(time.CLOCK_MONOTONIC)
-brevis.unpack(data, threads=int(sys.argv[2]))
+archive, threads, mode, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+if mode == "unpack":
+    data = open(archive, "rb").read()
+    start = time.clock_gettime(time.CLOCK_MONOTONIC)
+    brevis.unpack(data, threads=threads)
+else:
+    start = time.clock_gettime(time.CLOCK_MONOTONIC)
+    brevis.decompress(archive, out, threads=threads, force=True)
 end = time.clock_gettime(time.CLOCK_MONOTONIC)
 sys.stderr.write(f"WINDOW {{start:.6f}} {{end:.6f}}\\n")
 """
@@ -88,19 +96,24 @@ def library(dso: str) -> str:
     return dso.split(".cpython")[0].split(".so")[0]
 
 
-def profile(archive: Path, runs: int, threads: int, tmp: Path) -> tuple[Counter, float]:
-    """Samples by (function, library) over `runs` fresh unpacks, and their mean window in seconds."""
+def profile(archive: Path, runs: int, threads: int, tmp: Path, mode: str = "unpack",
+            out: Path | None = None) -> tuple[Counter, float]:
+    """Samples by (function, library) over `runs` fresh unpacks (or
+    decompressions into `out`, a new folder each run), and their mean
+    window in seconds."""
     child = CHILD.format(imports=("numpy", *BY_NAME["brevis"].imports))
     total: Counter = Counter()
     windows = []
     for k in range(runs):
         data = tmp / f"run{k}.data"
+        if out is not None:
+            shutil.rmtree(out, ignore_errors=True)
         p = subprocess.run(["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-e", "cpu-clock", "-F",
                             str(FREQUENCY), "-o", str(data), "--", sys.executable, "-c", child, str(archive),
-                            str(threads)], capture_output=True, text=True, cwd=ROOT)
+                            str(threads), mode, f"{out}/"], capture_output=True, text=True, cwd=ROOT)
         m = re.search(r"WINDOW (\S+) (\S+)", p.stderr)
         if p.returncode or not m:
-            raise SystemExit(f"{archive.name}: the unpack did not run: {p.stderr.strip()[-500:]}")
+            raise SystemExit(f"{archive.name}: the {mode} did not run: {p.stderr.strip()[-500:]}")
         start, end = float(m.group(1)), float(m.group(2))
         windows.append(end - start)
         total += samples_in_window(data, start, end)
@@ -108,11 +121,11 @@ def profile(archive: Path, runs: int, threads: int, tmp: Path) -> tuple[Counter,
     return total, sum(windows) / len(windows)
 
 
-def report(item: str, found: Counter, window: float, runs: int, top: int) -> None:
+def report(item: str, found: Counter, window: float, runs: int, top: int, mode: str = "unpack") -> None:
     n = sum(found.values()) or 1
     ms = 1e3 / FREQUENCY / runs  # ms a run per sample
     print(f"\n### {item}\n")
-    print(f"unpack window {window * 1e3:.1f} ms (mean of {runs} fresh processes), CPU in it "
+    print(f"{mode} window {window * 1e3:.1f} ms (mean of {runs} fresh processes), CPU in it "
           f"{sum(found.values()) * ms:.1f} ms a run")
     by_library: Counter = Counter()
     for (_, dso), c in found.items():
@@ -131,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--top", type=int, default=20)
+    ap.add_argument("--mode", choices=("unpack", "decompress"), default="unpack")
+    ap.add_argument("--out-dir", type=Path, default=Path("/dev/shm"),
+                    help="where --mode decompress writes (default /dev/shm, tmpfs)")
     args = ap.parse_args(argv)
     why = perf_usable()
     if why:
@@ -138,14 +154,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import brevis
 
-    print(f"# One-shot unpack, {args.runs} fresh processes an item, {args.threads} threads")
+    print(f"# One-shot {args.mode}, {args.runs} fresh processes an item, {args.threads} threads")
     with tempfile.TemporaryDirectory(prefix="brevis-unpack-profile-") as tmp:
         tmp = Path(tmp)
         for item in args.items.split(","):
             archive = tmp / f"{item}.brv"
             brevis.compress([str(args.corpus / item)], archive, force=True)
-            found, window = profile(archive, args.runs, args.threads, tmp)
-            report(item, found, window, args.runs, args.top)
+            out = Path(tempfile.mkdtemp(prefix="brevis-profile-out-", dir=args.out_dir)) \
+                if args.mode == "decompress" else None
+            try:
+                found, window = profile(archive, args.runs, args.threads, tmp, args.mode, out)
+            finally:
+                if out is not None:
+                    shutil.rmtree(out, ignore_errors=True)
+            report(item, found, window, args.runs, args.top, args.mode)
             archive.unlink()
     return 0
 

@@ -254,6 +254,14 @@ def test_unpack_profile_on_a_tiny_checkpoint(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "### tiny" in out and "| function | library | share | ms a run |" in out
     assert re.search(r"unpack window [\d.]+ ms", out)
+    # The file-to-file pass instead: decompress into a folder it removes after.
+    outs = tmp_path / "outs"
+    outs.mkdir()
+    assert unpack_profile.main([str(tmp_path / "corpus"), "--items", "tiny", "--runs", "2", "--mode", "decompress",
+                                "--out-dir", str(outs)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# One-shot decompress") and re.search(r"decompress window [\d.]+ ms", out)
+    assert not any(outs.iterdir())
 
 
 def test_race_names_the_fastest_peer_and_tallies_the_items(tmp_path, capsys, monkeypatch):
