@@ -263,9 +263,11 @@ static void put_rans(const enc_t *e, uint8_t *out) {
  * coder_kernels' decode_streams in one process, three rounds: pocketnet
  * 16-bit 2.20-2.24 -> 2.01-2.11 ns a value, ppocr 23-bit 1.83-1.93 ->
  * 1.74-1.80; one-shot unpacks in fresh processes, ten each interleaved,
- * mean ms: pocketnet 19.5 -> 17.1, taesd 13.1 -> 12.6, ppocr 30.9 -> 30.2.
- * 64 did no better than 32 (a block's last values, fewer than a call
- * takes, go alone: narrow_finish). */
+ * mean ms: pocketnet 19.5 -> 17.1, taesd 13.1 -> 12.6, ppocr 30.9 -> 30.2;
+ * benchmarks/ab.py later (eight each, 129fded against 2672b8b, this the
+ * change on these items), the means' ratios: pocketnet 0.991, taesd 0.978,
+ * ppocr 0.914. 64 did no better than 32 (a block's last values, fewer
+ * than a call takes, go alone: narrow_finish). */
 #define MULTI_GROUPS 32
 /* stab[slot]: the slot's frequency | its bias << 16 in the low half (the
  * state's step), its bin's first key | offset width << 16 in the high half
