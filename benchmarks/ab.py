@@ -31,32 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.codecs import BY_NAME  # noqa: E402
+from benchmarks.unpack_profile import one_shot, window  # noqa: E402
 
 DEFAULT_CORPUS = Path.home() / ".cache" / "brevis-corpus"
 
-# One run, in the revision's tree (argv: tree, mode, archive, threads, out).
-# A module an older revision lacks is skipped, not fatal.
-CHILD = """
-import importlib, sys, time
-tree, mode, archive, threads, out = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
-sys.path.insert(0, tree)
-for m in {imports!r}:
-    try:
-        importlib.import_module(m)
-    except ModuleNotFoundError:
-        pass
-import brevis
-assert brevis.__file__.startswith(tree), brevis.__file__
-if mode == "unpack":
-    data = open(archive, "rb").read()
-    start = time.perf_counter()
-    brevis.unpack(data, threads=threads)
-else:
-    start = time.perf_counter()
-    brevis.decompress(archive, out, threads=threads, force=True)
-print(time.perf_counter() - start)
-"""
 COMPRESS = "import sys; sys.path.insert(0, sys.argv[1]); import brevis; brevis.compress([sys.argv[2]], sys.argv[3], force=True)"
 
 
@@ -87,15 +65,15 @@ def checkout(rev: str, tmp: Path) -> Path:
 
 
 def run_once(tree: Path, mode: str, archive: Path, threads: int, out: Path) -> float:
-    """Seconds of one call in a fresh process of `tree`'s revision."""
+    """Seconds of one call in a fresh process of `tree`'s revision
+    (unpack_profile's one-shot run, the same as it profiles)."""
     shutil.rmtree(out, ignore_errors=True)
-    child = CHILD.format(imports=("numpy", *BY_NAME["brevis"].imports))
-    p = subprocess.run([sys.executable, "-c", child, str(tree), mode, str(archive), str(threads), str(out) + "/"],
-                       capture_output=True, text=True, cwd=tree)
+    p = subprocess.run(one_shot(archive, threads, mode, out), capture_output=True, text=True, cwd=tree)
     shutil.rmtree(out, ignore_errors=True)
-    if p.returncode:
+    found = window(p.stderr)
+    if p.returncode or found is None:
         raise Failed(f"{tree.name}: {mode} of {archive.name} failed: {p.stderr.strip()[-500:]}")
-    return float(p.stdout.split()[-1])
+    return found[1] - found[0]
 
 
 def race(trees: tuple[Path, Path], mode: str, archive: Path, runs: int, threads: int,

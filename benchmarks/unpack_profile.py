@@ -42,13 +42,20 @@ from benchmarks.codecs import BY_NAME  # noqa: E402
 DEFAULT_CORPUS = Path.home() / ".cache" / "brevis-corpus"
 FREQUENCY = 20_000  # samples a second of CPU: 0.05 ms each
 
-# One run: the harness worker's imports, the archive read, one timed unpack;
-# the window goes to stderr as CLOCK_MONOTONIC seconds, perf's clock here.
+# One run, in the tree of the working folder (`python -c` puts it first on
+# sys.path): the harness worker's imports (a module an older revision lacks
+# skipped: benchmarks/ab.py runs older ones), the archive read, one timed
+# unpack or decompress; the window goes to stderr as CLOCK_MONOTONIC
+# seconds, perf's clock here. argv: archive, threads, mode, out.
 CHILD = """
-import importlib, sys, time
+import importlib, os, sys, time
 for m in {imports!r}:
-    importlib.import_module(m)
+    try:
+        importlib.import_module(m)
+    except ModuleNotFoundError:
+        pass
 import brevis
+assert brevis.__file__.startswith(os.getcwd()), brevis.__file__
 archive, threads, mode, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 if mode == "unpack":
     data = open(archive, "rb").read()
@@ -60,6 +67,20 @@ else:
 end = time.clock_gettime(time.CLOCK_MONOTONIC)
 sys.stderr.write(f"WINDOW {{start:.6f}} {{end:.6f}}\\n")
 """
+
+
+def one_shot(archive: Path, threads: int, mode: str, out: Path | None) -> list[str]:
+    """The command line of one run (CHILD), to start in the tree it measures."""
+    child = CHILD.format(imports=("numpy", *BY_NAME["brevis"].imports))
+    return [sys.executable, "-c", child, str(archive), str(threads), mode, f"{out}/"]
+
+
+def window(stderr: str) -> tuple[float, float] | None:
+    """A run's (start, end), CLOCK_MONOTONIC seconds, from its stderr; None if it did not get there."""
+    m = re.search(r"WINDOW (\S+) (\S+)", stderr)
+    return (float(m.group(1)), float(m.group(2))) if m else None
+
+
 SAMPLE = re.compile(r"^\s*(\d+\.\d+):\s+[0-9a-f]+\s+(.*?)\s+\((.*)\)\s*$")
 
 
@@ -101,7 +122,6 @@ def profile(archive: Path, runs: int, threads: int, tmp: Path, mode: str = "unpa
     """Samples by (function, library) over `runs` fresh unpacks (or
     decompressions into `out`, a new folder each run), and their mean
     window in seconds."""
-    child = CHILD.format(imports=("numpy", *BY_NAME["brevis"].imports))
     total: Counter = Counter()
     windows = []
     for k in range(runs):
@@ -109,12 +129,12 @@ def profile(archive: Path, runs: int, threads: int, tmp: Path, mode: str = "unpa
         if out is not None:
             shutil.rmtree(out, ignore_errors=True)
         p = subprocess.run(["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-e", "cpu-clock", "-F",
-                            str(FREQUENCY), "-o", str(data), "--", sys.executable, "-c", child, str(archive),
-                            str(threads), mode, f"{out}/"], capture_output=True, text=True, cwd=ROOT)
-        m = re.search(r"WINDOW (\S+) (\S+)", p.stderr)
-        if p.returncode or not m:
+                            str(FREQUENCY), "-o", str(data), "--", *one_shot(archive, threads, mode, out)],
+                           capture_output=True, text=True, cwd=ROOT)
+        found = window(p.stderr)
+        if p.returncode or found is None:
             raise SystemExit(f"{archive.name}: the {mode} did not run: {p.stderr.strip()[-500:]}")
-        start, end = float(m.group(1)), float(m.group(2))
+        start, end = found
         windows.append(end - start)
         total += samples_in_window(data, start, end)
         data.unlink()
