@@ -19,6 +19,7 @@ import zstandard
 from brevis.archive.format import FOOTER_SIZE, HEADER, HEADER_SIZE, Footer, index_digest
 from brevis.archive.reader import ArchiveReader
 from brevis.dsl import decode, encode
+from brevis.dsl.interpreter import leaf_counts
 from brevis.dsl.program import Program
 from brevis.dsl.types import Field
 
@@ -160,10 +161,67 @@ def roundtrip(program: Program, t: Field, x: np.ndarray) -> list[bytes]:
         got = decode(program, t, len(x), [memoryview(s) for s in streams], reference, into)
         assert got is into and as_bytes(into) == as_bytes(x), \
             f"{program.describe(t)} on {t} decoded into a place {shift} bytes off alignment wrongly"
+    # With every leaf whose count n decides decoded ahead, as the reader
+    # does its `ans` leaves (interpreter.leaves_ahead): the same bytes, and
+    # each taken, its count the one read (every operator's child_counts
+    # claim holds).
+    leaves = program.leaves()
+    ready = {at: leaves[at].decode(memoryview(streams[at]), n, lt) for at, n, lt in leaf_counts(program, t, len(x))}
+    got = decode(program, t, len(x), [memoryview(s) for s in streams], reference, None, ready)
+    assert as_bytes(got) == as_bytes(x), f"{program.describe(t)} on {t} changed the bytes with leaves decoded ahead"
+    assert not ready, f"{program.describe(t)} on {t}: leaves {sorted(ready)} decoded ahead with counts not read"
     return streams
 
 
 # ---------------------------------------------------------------- files
+def gguf_str(s: str | bytes) -> bytes:
+    """A GGUF string: its length (u64), then its bytes."""
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_kv(key: str, vtype: int, payload: bytes) -> bytes:
+    """A GGUF metadata entry: key, value type, value."""
+    return gguf_str(key) + struct.pack("<I", vtype) + payload
+
+
+def gguf_array(etype: int, items: list[bytes]) -> bytes:
+    """A GGUF array value: item type, count, the items."""
+    return struct.pack("<IQ", etype, len(items)) + b"".join(items)
+
+
+def make_gguf(tensors_: list[tuple[str, int, tuple[int, ...], bytes]], *, alignment: int | None = None,
+              version: int = 3, vocabulary: int = 100) -> bytes:
+    """A GGUF file of metadata of every value type and tensors_: (name,
+    ggml type, dims fastest first, data)."""
+    kvs = [
+        gguf_kv("general.architecture", 8, gguf_str("llama")),
+        gguf_kv("general.name", 8, gguf_str("tiny ✓")),
+        gguf_kv("llama.block_count", 4, struct.pack("<I", 2)),
+        gguf_kv("llama.rope.freq_base", 6, struct.pack("<f", 10000.0)),
+        gguf_kv("llama.flag", 7, b"\x01"),
+        gguf_kv("x.u8", 0, b"\x05"), gguf_kv("x.i8", 1, b"\xfb"), gguf_kv("x.u16", 2, b"\x01\x02"),
+        gguf_kv("x.i16", 3, b"\x01\x02"), gguf_kv("x.i32", 5, b"\0" * 4), gguf_kv("x.u64", 10, b"\0" * 8),
+        gguf_kv("x.i64", 11, b"\0" * 8), gguf_kv("x.f64", 12, b"\0" * 8),
+        gguf_kv("tokenizer.ggml.tokens", 9, gguf_array(8, [gguf_str(f"tok{i}") for i in range(vocabulary)])),
+        gguf_kv("tokenizer.ggml.scores", 9, gguf_array(6, [struct.pack("<f", -i / 7) for i in range(100)])),
+        gguf_kv("tokenizer.ggml.token_type", 9, gguf_array(5, [struct.pack("<i", 1)] * 100)),
+        gguf_kv("x.short", 9, gguf_array(5, [struct.pack("<i", 1)] * 3)),
+        gguf_kv("x.nested", 9, gguf_array(9, [gguf_array(8, [gguf_str("a"), gguf_str("bc")]), gguf_array(8, [])])),
+    ]
+    if alignment is not None:
+        kvs.append(gguf_kv("general.alignment", 4, struct.pack("<I", alignment)))
+    align = alignment or 32
+    infos, blob = [], b""
+    for name, gtype, dims, data in tensors_:
+        blob += b"\0" * (-len(blob) % align)
+        infos.append(gguf_str(name) + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims)
+                     + struct.pack("<IQ", gtype, len(blob)))
+        blob += data
+    head = b"GGUF" + struct.pack("<IQQ", version, len(tensors_), len(kvs)) + b"".join(kvs) + b"".join(infos)
+    return head + b"\0" * (-len(head) % align) + blob
+
+
 def write_safetensors(path: Path, tensors: dict[str, tuple[str, tuple[int, ...], bytes]],
                       metadata: dict | None = None) -> None:
     """A safetensors file: tensors maps name -> (dtype name, shape, raw little-endian bytes)."""

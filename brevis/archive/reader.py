@@ -14,7 +14,7 @@ import numpy as np
 import zstandard
 
 from ..dsl.entropy import batchable, decode_batch
-from ..dsl.interpreter import decode
+from ..dsl.interpreter import decode, leaves_ahead
 from ..errors import BrevisError, ChecksumError, FormatError, InvalidArgument, IOFailure, TruncatedError
 from .format import (FOOTER_SIZE, HEADER_SIZE, Footer, check_header, chunk_digest, chunk_digester, index_digest, max_entries,
                      stream_check, stream_checker)
@@ -31,6 +31,9 @@ CACHED_INDEX_BYTES = 16 << 20
 # read_runs: the most stored bytes one pread brings in for a run of chunks
 # (a job's chunks: 1 MiB of original bytes on threads, 4 MiB in workers).
 READ_RUN_BYTES = 8 << 20
+# decode_chunks: the most bytes of leaves decoded ahead in one call (a job's
+# chunks': about as many bytes as the chunks); the rest decode as usual.
+AHEAD_BYTES = 8 << 20
 _last_index: tuple[Footer, Index] | None = None
 
 
@@ -152,7 +155,7 @@ class ArchiveReader:
 
     def decode_chunk(self, seg: SegmentEntry, chunk: Chunk, reference: np.ndarray | None = None,
                      into: np.ndarray | None = None, stored: list[memoryview] | None = None,
-                     streams_first: bool = False) -> np.ndarray:
+                     streams_first: bool = False, ready: dict | None = None) -> np.ndarray:
         """The original bytes of one chunk (uint8), checked against its digest.
 
         `reference`: the base tensor's elements at the chunk's positions, for
@@ -161,14 +164,15 @@ class ArchiveReader:
         this raises). `stored`: the chunk's streams, read already (read_runs).
         `streams_first`: each stream's check made before decoding (verify),
         else only where the chunk fails, to tell a damaged stream
-        as such: its digest guards every byte it gives back."""
+        as such: its digest guards every byte it gives back. `ready`: its
+        leaves decoded ahead (interpreter.decode's)."""
         streams = self._stored(chunk.streams) if stored is None else stored
         if streams_first:
             self._check_streams(seg, chunk, streams)
         target = self._target(seg, chunk, into)
         try:
             try:
-                values = decode(seg.programs[chunk.program], seg.value_type, chunk.n, streams, reference, target)
+                values = decode(seg.programs[chunk.program], seg.value_type, chunk.n, streams, reference, target, ready)
             except BrevisError:
                 raise
             except (ValueError, TypeError, IndexError, OverflowError, MemoryError) as e:
@@ -247,9 +251,10 @@ class ArchiveReader:
                 out[pos] = data
             batch.clear()
 
+        ahead = self._decode_ahead(items, streams_first and streams_in_call)
         # The common case inline (one stream, one `ans` leaf): the same checks
         # as decode_chunk's, at a fraction of its calls per chunk.
-        for seg, chunk, reference, into, stored in items:
+        for k, (seg, chunk, reference, into, stored) in enumerate(items):
             program = seg.programs[chunk.program]
             t = seg.value_type
             target = self._target(seg, chunk, into)
@@ -266,12 +271,48 @@ class ArchiveReader:
             # stored raw, sit between the large ones): where this one is damaged,
             # the batch is decoded first, so that the first damaged chunk is told.
             try:
-                data = self.decode_chunk(seg, chunk, reference, into, stored, streams_first)
+                data = self.decode_chunk(seg, chunk, reference, into, stored, streams_first,
+                                         ahead[k] if ahead else None)
             except BrevisError:
                 flush()
                 raise
             out.append(data)
         flush()
+        return out
+
+    def _decode_ahead(self, items, checked: bool) -> list | None:
+        """For each of decode_chunks' items, its leaves decoded ahead
+        (interpreter.leaves_ahead) as {stream position: values}, or None:
+        those of the chunks the interpreter decodes (not one leaf alone),
+        up to AHEAD_BYTES of them, in one call (entropy.decode_batch),
+        where the engine of narrow blocks interleaves many chunks' blocks
+        (a Q4_1 chunk's scales and quants: four or five leaves of a few
+        thousand values each, decoded a chunk's at a time or alone before).
+        `checked`: each stream's check made in the call. None where there
+        are none, or where one fails: the chunks then decode as usual,
+        which names what is damaged."""
+        out: list = [None] * len(items)
+        batch, checks, budget = [], [], AHEAD_BYTES
+        for k, (seg, chunk, _, _, stored) in enumerate(items):
+            program = seg.programs[chunk.program]
+            if not program.children or not chunk.n or stored is None:
+                continue
+            ready = {}
+            for at, n, t in leaves_ahead(program, seg.value_type, chunk.n):
+                size = n * t.container.itemsize
+                if size > budget or at >= len(stored):
+                    continue
+                budget -= size
+                ready[at] = values = np.empty(n, t.container)
+                batch.append((stored[at], n, t, values))
+                checks.append((chunk.streams[at][2] if checked else -1, None))
+            out[k] = ready or None
+        if not batch:
+            return None
+        try:
+            decode_batch(batch, checks)
+        except FormatError:
+            return None
         return out
 
     def read_runs(self, chunks: list[Chunk], most: int = READ_RUN_BYTES) -> list[list[memoryview]]:

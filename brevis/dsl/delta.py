@@ -175,6 +175,9 @@ class Transpose(Operator):
     def output_types(self, t):
         return [Field(t.bits)]
 
+    def child_counts(self, n, t):
+        return None if n % self._config["cols"] else (n,)
+
     def forward(self, x, t):
         c = self._config["cols"]
         if len(x) % c:

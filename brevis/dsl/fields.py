@@ -335,6 +335,9 @@ class PackBits(Operator):
     def child_share(self, t, i):
         return t.bits / 8  # packed bytes per element (see dsl/memory.py)
 
+    def child_counts(self, n, t):
+        return (self.packed_length(n, t.bits),)
+
     def inverse(self, n, t, read):
         bits = t.bits
         packed = read(0, self.packed_length(n, bits))

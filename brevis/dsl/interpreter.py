@@ -64,40 +64,112 @@ def _encode(program: Program, x: np.ndarray, t: Field, streams: list[bytes], ref
 
 
 def decode(program: Program, t: Field, n: int, streams: Sequence[memoryview],
-           reference: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+           reference: np.ndarray | None = None, out: np.ndarray | None = None,
+           ready: dict[int, np.ndarray] | None = None) -> np.ndarray:
     """Rebuild n elements of type t from the streams of a checked program
     (and the base tensor's elements, for a program coded against a base).
     `out`: n elements of t's container to rebuild them in (a program that
-    is one leaf decodes straight into it); returned."""
-    cursor = [0]
+    is one leaf decodes straight into it); returned. `ready`: leaves
+    decoded ahead (leaves_ahead), by stream position; each is taken (and
+    dropped from it) where its leaf reads that many elements, else the
+    leaf decodes its stream as usual."""
     if out is not None and isinstance(program.node, Coder):
         if len(streams) != 1:
             raise FormatError(f"program reads 1 of {len(streams)} streams")
         program.node.decode_into(streams[0], n, t, out)
         return out
-    value = _decode(program, t, n, streams, cursor, reference, out)
-    if cursor[0] != len(streams):
-        raise FormatError(f"program read {cursor[0]} of {len(streams)} streams")
+    cursor = _Cursor(streams, ready)
+    value = _decode(program, t, n, cursor, reference, out)
+    if cursor.at != len(streams):
+        raise FormatError(f"program read {cursor.at} of {len(streams)} streams")
     if value.dtype != t.container or value.shape != (n,):
         raise FormatError("program produced a value of the wrong shape")
     return value
 
 
-def _next_stream(streams, cursor: list[int]):
-    """The next stored stream, for the next leaf."""
-    if cursor[0] >= len(streams):
-        raise FormatError("program needs more streams than stored")
-    cursor[0] += 1
-    return streams[cursor[0] - 1]
+class _Cursor:
+    """A chunk's stored streams as its leaves read them, in order, and
+    the leaves decoded ahead."""
+
+    __slots__ = ("streams", "at", "ready")
+
+    def __init__(self, streams, ready):
+        self.streams, self.at, self.ready = streams, 0, ready
+
+    def next(self):
+        """The next stored stream, for the next leaf."""
+        if self.at >= len(self.streams):
+            raise FormatError("program needs more streams than stored")
+        self.at += 1
+        return self.streams[self.at - 1]
+
+    def taken(self, n: int, t: Field) -> np.ndarray | None:
+        """The next leaf's value where it was decoded ahead with n elements
+        of t (its stream then passed over), else None."""
+        if not self.ready:
+            return None
+        value = self.ready.pop(self.at, None)
+        if value is None or len(value) != n or value.dtype != t.container:
+            return None
+        self.next()
+        return value
 
 
-def _decode(program: Program, t: Field, n: int, streams, cursor: list[int], reference=None,
+def leaves_ahead(program: Program, t: Field, n: int) -> tuple[tuple[int, int, Field], ...]:
+    """(stream position, elements, type) of each leaf of a program over n
+    elements of t that may decode ahead of the others: an `ans` leaf that
+    decode_batch takes, whose count n alone decides (Operator.child_counts
+    at every node above it). The reader decodes these of many chunks in
+    one call, where the engine of narrow blocks has more of them to
+    interleave. Kept on the program, per (t, n)."""
+    cache = program.__dict__.setdefault("_ahead", {})
+    found = cache.get((t, n))
+    if found is None:
+        leaves = program.leaves()
+        found = tuple((at, count, lt) for at, count, lt in leaf_counts(program, t, n)
+                      if count and batchable(leaves[at], lt, None))
+        if len(cache) < AHEAD_CACHE:
+            cache[(t, n)] = found
+    return found
+
+
+AHEAD_CACHE = 64  # (t, n) pairs kept per program: a segment's chunks share a few lengths
+
+
+def leaf_counts(program: Program, t: Field, n: int) -> list[tuple[int, int, Field]]:
+    """(stream position, elements, type) of each leaf whose count n alone
+    decides (Operator.child_counts at every node above it)."""
+    leaves: list[tuple[int, int, Field]] = []
+
+    def walk(p: Program, t: Field, n: int | None, at: int) -> int:
+        if isinstance(p.node, Coder):
+            if n is not None:
+                leaves.append((at, n, t))
+            return at + 1
+        types = p.node.child_types(t)
+        counts = p.node.child_counts(n, t) if n is not None else None
+        for i, child in enumerate(p.children):
+            count = counts[i] if counts is not None and i < len(counts) else None
+            at = walk(child, types[i], count if count is None or count >= 0 else None, at)
+        return at
+
+    walk(program, t, n, 0)
+    return leaves
+
+
+def _decode(program: Program, t: Field, n: int, cursor: _Cursor, reference=None,
             out: np.ndarray | None = None) -> np.ndarray:
     """The value of `program`'s node; `out`: the chunk's place, given for
     a root operator only (decode() puts a root leaf there itself)."""
     node = program.node
     if isinstance(node, Coder):
-        data = _next_stream(streams, cursor)
+        value = cursor.taken(n, t)
+        if value is not None:
+            if out is None:
+                return value
+            out[:] = value
+            return out
+        data = cursor.next()
         if out is not None:
             node.decode_into(data, n, t, out)
             return out
@@ -120,7 +192,7 @@ def _decode(program: Program, t: Field, n: int, streams, cursor: list[int], refe
 
     def read(i: int, count: int) -> np.ndarray:
         claim(i, count)
-        return _decode(program.children[i], types[i], count, streams, cursor)
+        return _decode(program.children[i], types[i], count, cursor)
 
     def into(i: int, count: int, place: np.ndarray) -> np.ndarray:
         # Child i decoded in `place` (count elements of its container), by
@@ -128,7 +200,7 @@ def _decode(program: Program, t: Field, n: int, streams, cursor: list[int], refe
         claim(i, count)
         if count != len(place) or place.dtype != types[i].container:
             raise FormatError(f"{node.id}: child {i} does not fit its place")
-        return _decode(program.children[i], types[i], count, streams, cursor, None, place)
+        return _decode(program.children[i], types[i], count, cursor, None, place)
 
     def many(first: int, counts: Sequence[int]) -> list[np.ndarray]:
         # Children first, first + 1, ... at once: those one `ans` leaf codes
@@ -140,11 +212,13 @@ def _decode(program: Program, t: Field, n: int, streams, cursor: list[int], refe
             claim(i, count)
             child, ct = program.children[i], types[i]
             if count and isinstance(child.node, Coder) and batchable(child.node, ct, None):
-                out = np.empty(count, ct.container)
-                batch.append((memoryview(_next_stream(streams, cursor)), count, ct, out))
+                out = cursor.taken(count, ct)
+                if out is None:
+                    out = np.empty(count, ct.container)
+                    batch.append((memoryview(cursor.next()), count, ct, out))
                 values.append(out)
             else:
-                values.append(_decode(child, ct, count, streams, cursor))
+                values.append(_decode(child, ct, count, cursor))
         if batch:
             decode_batch(batch)
         return values

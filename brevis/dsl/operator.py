@@ -155,6 +155,17 @@ class Operator(Production):
     def output_names(self, t: Field) -> list[str]:
         return [f"{i}" for i in range(len(self.output_types(t)))]
 
+    def child_counts(self, n: int, t: Field) -> tuple[int | None, ...] | None:
+        """The element counts inverse(n, t, ...) reads its children with,
+        where n alone decides them (None for a child whose count the data
+        decides: a rank's exceptions), or None where none is known. The
+        reader decodes the leaves under known counts ahead, many chunks'
+        in one call (interpreter.leaves_ahead); a wrong claim costs time,
+        not bytes: a leaf decoded ahead is taken only where its count is
+        the one read (tests/helpers.roundtrip holds every claim to the
+        reads). An operator whose children keep the order holds n each."""
+        return (n,) * len(self.child_types(t)) if self.keeps_order else None
+
     def forward(self, x: np.ndarray, t: Field) -> list[np.ndarray]:
         """Split x (n elements of type t) into the children's values.
 

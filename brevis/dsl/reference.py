@@ -34,6 +34,9 @@ class ReferenceOperator(Operator):
     def output_names(self, t):
         return ["difference"]
 
+    def child_counts(self, n, t):
+        return (n,)
+
     # Without a reference there is nothing to code against.
     def forward(self, x, t):
         raise ProgramError(f"{self.id} needs the reference tensor")

@@ -61,6 +61,9 @@ class Affine(Operator):
     def child_share(self, t, i):
         return 0  # the start: one element (see dsl/memory.py)
 
+    def child_counts(self, n, t):
+        return (1 if n else 0,)
+
     def inverse(self, n, t, read):
         start = read(0, 1 if n else 0)
         return self._progression(int(start[0]), n, t) if n else np.zeros(0, t.container)
@@ -107,6 +110,10 @@ class RowDedup(Operator):
 
     def child_share(self, t, i):
         return 1 / self._config["row"] if i == 0 else 1  # one row number per row (see dsl/memory.py)
+
+    def child_counts(self, n, t):
+        rows, rest = divmod(n, self._config["row"])
+        return None if rest else (rows, None)  # the distinct rows: as the row numbers say
 
     def inverse(self, n, t, read):
         r = self._config["row"]
@@ -169,6 +176,9 @@ class Sparse(Operator):
 
     def child_share(self, t, i):
         return 0 if i == 0 else 1  # the count is one element
+
+    def child_counts(self, n, t):
+        return (1, None, None)  # the positions and values: as many as the count says
 
     def inverse(self, n, t, read):
         count = int(read(0, 1)[0])

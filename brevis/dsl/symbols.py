@@ -94,6 +94,9 @@ class Rank(Operator):
         exceptions, the ranks, the output and which elements are escaped."""
         return types[0].container.itemsize + t.container.itemsize + 1 if i else 0
 
+    def child_counts(self, n, t):
+        return (n, None)  # the exceptions: as many as ranks escape
+
     writes_into = True
 
     def inverse(self, n, t, read, out=None):
@@ -223,6 +226,9 @@ class Partition(Operator):
         if not i:
             return 0
         return types[0].container.itemsize + 1 + (types[1].container.itemsize if i > 1 else 0)
+
+    def child_counts(self, n, t):
+        return (n,) + (None,) * len(self._config["classes"]) + (None,)  # the classes: as the context says
 
     writes_into = True
 

@@ -45,6 +45,10 @@ class View(Operator):
     def child_share(self, t, i):
         return 1 / self.dtype.itemsize  # elements per byte
 
+    def child_counts(self, n, t):
+        elements, rest = divmod(n, self.dtype.itemsize)
+        return None if rest else (elements,)
+
     def forward(self, x, t):
         if len(x) % self.dtype.itemsize:
             raise NotApplicable("not whole elements")

@@ -8,7 +8,7 @@ import pytest
 
 import brevis
 from brevis.archive.reader import MEMORY, ArchiveReader
-from helpers import write_safetensors
+from helpers import make_gguf, write_safetensors
 
 
 def compressed(root, tensors: dict, **options):
@@ -113,3 +113,68 @@ def test_the_first_damaged_chunk_is_told_before_a_later_one_decoded_alone(mixed)
             reader.decode_chunks([(seg, chunk, None, None, None) for seg, chunk in work])
         with pytest.raises(ChecksumError, match="'bias'"):
             reader.decode_chunks([(seg, chunk, None, None, None) for seg, chunk in work[1:]])
+
+
+@pytest.fixture(scope="module")
+def quantized(tmp_path_factory):
+    """Q8_0 tensors of a GGUF file in chunks of 8 KiB: each chunk's program is
+    records over two `ans` leaves (scales, quants), which decode ahead."""
+    rng = np.random.default_rng(5)
+
+    def q8_0(blocks: int) -> bytes:
+        scales = (rng.random(blocks) * 0.01 + 0.001).astype(np.float16).view(np.uint8).reshape(-1, 2)
+        quants = np.clip(np.round(rng.standard_normal((blocks, 32)) * 30), -127, 127).astype(np.int8)
+        return np.concatenate([scales, quants.view(np.uint8)], axis=1).tobytes()
+
+    root = tmp_path_factory.mktemp("quantized")
+    (root / "m.gguf").write_bytes(make_gguf([(f"blk.{i}.w", 8, (256, 64), q8_0(512)) for i in range(6)]))
+    brevis.compress([root / "m.gguf"], root / "m.brv", chunk_bytes=8192)
+    return root / "m.brv"
+
+
+def _quantized_work(reader):
+    work = [(seg, chunk) for seg, chunk in chunks(reader)
+            if seg.programs[chunk.program].describe(seg.value_type).endswith("[field0: ans, field1: ans]")]
+    assert len(work) >= 8
+    return work
+
+
+def test_leaves_of_many_chunks_decode_ahead_in_one_call(quantized, monkeypatch):
+    """The scales and quants of every chunk decode in one call of the C
+    decoder, and each chunk's bytes are decode_chunk's."""
+    from brevis.dsl import entropy
+
+    calls = []
+    decode_streams = entropy._rans.decode_streams
+    monkeypatch.setattr(entropy, "_rans", type("Spy", (), {
+        **{name: staticmethod(getattr(entropy._rans, name)) for name in dir(entropy._rans) if not name.startswith("_")},
+        "decode_streams": staticmethod(lambda items: calls.append(len(items)) or decode_streams(items))}))
+    with ArchiveReader(quantized) as reader:
+        work = _quantized_work(reader)
+        want = [bytes(reader.decode_chunk(seg, chunk)) for seg, chunk in work]
+        stored = reader.read_runs([chunk for _, chunk in work])
+        calls.clear()
+        got = reader.decode_chunks([(seg, chunk, None, None, s) for (seg, chunk), s in zip(work, stored)])
+        assert [bytes(g) for g in got] == want
+        assert calls == [2 * len(work)]
+
+
+@pytest.mark.parametrize("victim", [0, 3])
+def test_a_damaged_leaf_decoded_ahead_is_told_as_decode_chunk_tells_it(quantized, victim):
+    """A chunk's stream damaged among those decoded ahead: the error is the
+    one decode_chunk gives for that chunk alone (its stream named), not a
+    failure of the call they shared."""
+    from brevis.errors import BrevisError
+
+    with ArchiveReader(quantized) as reader:
+        work = _quantized_work(reader)
+        stored = reader.read_runs([chunk for _, chunk in work])
+        damaged = bytearray(stored[victim][1])
+        damaged[len(damaged) // 2] ^= 0x40
+        stored[victim] = [stored[victim][0], memoryview(bytes(damaged))]
+        seg, chunk = work[victim]
+        with pytest.raises(BrevisError) as alone:
+            reader.decode_chunk(seg, chunk, stored=stored[victim])
+        with pytest.raises(type(alone.value), match="stream 1 .* is damaged") as together:
+            reader.decode_chunks([(seg, chunk, None, None, s) for (seg, chunk), s in zip(work, stored)])
+        assert str(together.value) == str(alone.value)

@@ -9,52 +9,12 @@ import struct
 import numpy as np
 import pytest
 from formats_util import corpus_files, hostile, parse_bytes, parse_file, roundtrip, tensors
+from helpers import gguf_array as _array
+from helpers import gguf_kv as _kv
+from helpers import gguf_str as _str
+from helpers import make_gguf
 
 from brevis.formats import ParseError, gguf, layout
-
-
-def _str(s: str | bytes) -> bytes:
-    b = s.encode() if isinstance(s, str) else s
-    return struct.pack("<Q", len(b)) + b
-
-
-def _kv(key: str, vtype: int, payload: bytes) -> bytes:
-    return _str(key) + struct.pack("<I", vtype) + payload
-
-
-def _array(etype: int, items: list[bytes]) -> bytes:
-    return struct.pack("<IQ", etype, len(items)) + b"".join(items)
-
-
-def make_gguf(tensors_: list[tuple[str, int, tuple[int, ...], bytes]], *, alignment: int | None = None,
-              version: int = 3, vocabulary: int = 100) -> bytes:
-    """tensors_: (name, ggml type, dims fastest first, data)."""
-    kvs = [
-        _kv("general.architecture", 8, _str("llama")),
-        _kv("general.name", 8, _str("tiny ✓")),
-        _kv("llama.block_count", 4, struct.pack("<I", 2)),
-        _kv("llama.rope.freq_base", 6, struct.pack("<f", 10000.0)),
-        _kv("llama.flag", 7, b"\x01"),
-        _kv("x.u8", 0, b"\x05"), _kv("x.i8", 1, b"\xfb"), _kv("x.u16", 2, b"\x01\x02"),
-        _kv("x.i16", 3, b"\x01\x02"), _kv("x.i32", 5, b"\0" * 4), _kv("x.u64", 10, b"\0" * 8),
-        _kv("x.i64", 11, b"\0" * 8), _kv("x.f64", 12, b"\0" * 8),
-        _kv("tokenizer.ggml.tokens", 9, _array(8, [_str(f"tok{i}") for i in range(vocabulary)])),
-        _kv("tokenizer.ggml.scores", 9, _array(6, [struct.pack("<f", -i / 7) for i in range(100)])),
-        _kv("tokenizer.ggml.token_type", 9, _array(5, [struct.pack("<i", 1)] * 100)),
-        _kv("x.short", 9, _array(5, [struct.pack("<i", 1)] * 3)),
-        _kv("x.nested", 9, _array(9, [_array(8, [_str("a"), _str("bc")]), _array(8, [])])),
-    ]
-    if alignment is not None:
-        kvs.append(_kv("general.alignment", 4, struct.pack("<I", alignment)))
-    align = alignment or 32
-    infos, blob = [], b""
-    for name, gtype, dims, data in tensors_:
-        blob += b"\0" * (-len(blob) % align)
-        infos.append(_str(name) + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims)
-                     + struct.pack("<IQ", gtype, len(blob)))
-        blob += data
-    head = b"GGUF" + struct.pack("<IQQ", version, len(tensors_), len(kvs)) + b"".join(kvs) + b"".join(infos)
-    return head + b"\0" * (-len(head) % align) + blob
 
 
 def sample():
