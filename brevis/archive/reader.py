@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import zstandard
 
-from ..dsl.entropy import batchable, decode_batch
+from ..dsl.entropy import batchable, decode_batch, narrow
 from ..dsl.interpreter import decode, leaves_ahead
 from ..errors import BrevisError, ChecksumError, FormatError, InvalidArgument, IOFailure, TruncatedError
 from .format import (FOOTER_SIZE, HEADER_SIZE, Footer, check_header, chunk_digest, chunk_digester, index_digest, max_entries,
@@ -288,6 +288,9 @@ class ArchiveReader:
         where the engine of narrow blocks interleaves many chunks' blocks
         (a Q4_1 chunk's scales and quants: four or five leaves of a few
         thousand values each, decoded a chunk's at a time or alone before).
+        Leaves of wide blocks are left to their chunk, decoded where their
+        parent takes them while they are in cache (nomic's F16 chunks,
+        each one transposed leaf of 1 MiB, two to a window).
         `checked`: each stream's check made in the call. None where there
         are none, or where one fails: the chunks then decode as usual,
         which names what is damaged."""
@@ -300,7 +303,7 @@ class ArchiveReader:
             ready = {}
             for at, n, t in leaves_ahead(program, seg.value_type, chunk.n):
                 size = n * t.container.itemsize
-                if size > budget or at >= len(stored):
+                if size > budget or at >= len(stored) or not narrow(stored[at]):
                     continue
                 budget -= size
                 ready[at] = values = np.empty(n, t.container)

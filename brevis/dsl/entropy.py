@@ -472,6 +472,13 @@ def batchable(node, t: Field, out: np.ndarray | None) -> bool:
     return out is None or (out.dtype == dtype and out.flags.c_contiguous and out.flags.writeable)
 
 
+def narrow(stream) -> bool:
+    """Whether an `ans` stream's blocks are narrow (four states): those the
+    engine of narrow blocks interleaves with other streams' in a batch
+    (decode_batch). A wide block decodes alone, as fast alone as in a batch."""
+    return len(stream) > 0 and not stream[0] & WIDE
+
+
 def in_one_call(program, t: Field, itemsize: int) -> tuple[int, int] | None:
     """(width, bits) where a chunk that `program` codes into values of type
     t (`itemsize` bytes each) decodes straight into its place in a call of
