@@ -71,8 +71,8 @@ def decode(program: Program, t: Field, n: int, streams: Sequence[memoryview],
     `out`: n elements of t's container to rebuild them in (a program that
     is one leaf decodes straight into it); returned. `ready`: leaves
     decoded ahead (leaves_ahead), by stream position; each is taken (and
-    dropped from it) where its leaf reads that many elements, else the
-    leaf decodes its stream as usual."""
+    dropped from it) where its leaf reads that many elements, else left
+    there, the leaf decoding its stream as usual."""
     if out is not None and isinstance(program.node, Coder):
         if len(streams) != 1:
             raise FormatError(f"program reads 1 of {len(streams)} streams")
@@ -105,12 +105,15 @@ class _Cursor:
 
     def taken(self, n: int, t: Field) -> np.ndarray | None:
         """The next leaf's value where it was decoded ahead with n elements
-        of t (its stream then passed over), else None."""
+        of t (dropped from `ready`, its stream passed over), else None (one
+        of another count stays in `ready`: the round trip's check of the
+        counts claimed finds it there)."""
         if not self.ready:
             return None
-        value = self.ready.pop(self.at, None)
+        value = self.ready.get(self.at)
         if value is None or len(value) != n or value.dtype != t.container:
             return None
+        del self.ready[self.at]
         self.next()
         return value
 

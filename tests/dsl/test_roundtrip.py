@@ -964,3 +964,22 @@ def test_lzma_dictionary_comes_from_the_declared_length():
 
     assert [lzma_dictionary(n) for n in (0, 1, 4096, 4097, 1 << 20)] == [4096, 4096, 4096, 4097, 1 << 20]
     assert lzma_dictionary(1 << 40) == 1 << 30
+
+
+def test_a_leaf_decoded_ahead_with_another_count_is_not_taken():
+    """A value decoded ahead whose count is not the one its leaf reads (a
+    wrong child_counts claim) is left where it was given, and the leaf
+    decodes its stream: the same bytes, and the round trip's check of the
+    claims finds it there."""
+    from brevis.dsl import decode
+
+    program = Program.op(Records(fields=[[1, 2], [4, 1]]), Program.leaf(Raw()), Program.leaf(Raw()))
+    x = np.arange(60, dtype=np.uint8)
+    streams = [memoryview(s) for s in encode(program, x, Field(8))]
+    wrong = np.zeros(41, np.uint8)  # field 1 holds 40 bytes
+    ready = {1: wrong}
+    assert as_bytes(decode(program, Field(8), len(x), streams, None, None, ready)) == as_bytes(x)
+    assert ready == {1: wrong}
+    ready = {1: np.frombuffer(bytes(streams[1]), np.uint8).copy()}
+    assert as_bytes(decode(program, Field(8), len(x), streams, None, None, ready)) == as_bytes(x)
+    assert not ready
