@@ -31,9 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.unpack_profile import one_shot, window  # noqa: E402
-
-DEFAULT_CORPUS = Path.home() / ".cache" / "brevis-corpus"
+from benchmarks.unpack_profile import one_shot, one_shot_options, window  # noqa: E402
 
 COMPRESS = "import sys; sys.path.insert(0, sys.argv[1]); import brevis; brevis.compress([sys.argv[2]], sys.argv[3], force=True)"
 
@@ -97,13 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("rev_a")
     ap.add_argument("rev_b")
-    ap.add_argument("corpus", nargs="?", type=Path, default=DEFAULT_CORPUS)
-    ap.add_argument("--items", required=True)
-    ap.add_argument("--runs", type=int, default=10)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--mode", choices=("unpack", "decompress"), default="unpack")
-    ap.add_argument("--out-dir", type=Path, default=Path("/dev/shm"),
-                    help="where decompress writes (default /dev/shm, tmpfs)")
+    one_shot_options(ap)
     args = ap.parse_args(argv)
     if args.runs < 1:
         ap.error("--runs must be at least 1")

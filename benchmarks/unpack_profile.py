@@ -157,16 +157,22 @@ def report(item: str, found: Counter, window: float, runs: int, top: int, mode: 
         print(f"| {sym[:60]} | {library(dso)} | {c / n:.1%} | {c * ms:.2f} |")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def one_shot_options(ap: argparse.ArgumentParser) -> None:
+    """The corpus, the items and how the one-shot runs go (one_shot): this
+    script's options and benchmarks/ab.py's."""
     ap.add_argument("corpus", nargs="?", type=Path, default=DEFAULT_CORPUS)
     ap.add_argument("--items", required=True)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--mode", choices=("unpack", "decompress"), default="unpack")
     ap.add_argument("--out-dir", type=Path, default=Path("/dev/shm"),
                     help="where --mode decompress writes (default /dev/shm, tmpfs)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    one_shot_options(ap)
+    ap.add_argument("--top", type=int, default=20)
     args = ap.parse_args(argv)
     why = perf_usable()
     if why:
