@@ -164,7 +164,23 @@ def _block_histograms(seg: Segment, read, block: int) -> np.ndarray:
 
 
 def _xlogx(c: np.ndarray) -> np.ndarray:
+    """c log2 c for each count (0 at 0): from _xlogx_table where every count
+    is in it (a third of the time: discovery asks this of arrays of tens of
+    thousands of counts, hundreds of times a file), else computed."""
+    if c.dtype.kind in "iu" and c.size and c.max() <= XLOGX_TOP:
+        return _xlogx_table()[c]
     c = c.astype(np.float64)
+    return c * np.log2(np.where(c > 0, c, 1))
+
+
+XLOGX_TOP = RECORD_SAMPLE  # counts of a sample at most (a lane's, a block's are fewer)
+
+
+@functools.lru_cache(maxsize=1)
+def _xlogx_table() -> np.ndarray:
+    """c log2 c for c = 0..XLOGX_TOP, by _xlogx's own steps: the same
+    doubles it computes (2 MiB, 1 ms, made at a process's first use)."""
+    c = np.arange(XLOGX_TOP + 1, dtype=np.float64)
     return c * np.log2(np.where(c > 0, c, 1))
 
 
@@ -204,12 +220,24 @@ def kinds(pieces: list[Segment], read) -> list[int]:
     return labels
 
 
+def _prefix(rows: np.ndarray) -> np.ndarray:
+    """A row of zeros, then the running sums of the rows (of counts). Row by
+    row: numpy's cumsum along the first axis walks each column with a
+    stride, 3 to 10 times slower (70 ms against 13 for 4096 blocks of 1024
+    keys, 1.5 against 0.4 for a layout's 584 lanes of 256)."""
+    out = np.empty((len(rows) + 1, rows.shape[1]), np.int64)
+    out[0] = 0
+    for i, row in enumerate(rows):
+        np.add(out[i], row, out=out[i + 1])
+    return out
+
+
 def change_points(hist: np.ndarray, min_blocks: int = CHANGE_MIN_BLOCKS,
                   gain_bits: float = CHANGE_GAIN_BITS) -> list[int]:
     """Block numbers (sorted) where to cut a run of block histograms:
     binary segmentation, each cut the one that saves the most order-0
     entropy in its piece, while one saves at least `gain_bits`."""
-    prefix = np.concatenate([np.zeros((1, hist.shape[1]), np.int64), np.cumsum(hist, axis=0)])
+    prefix = _prefix(hist)
 
     def gains(a: int, b: int, ks: np.ndarray) -> np.ndarray:
         return _bits(prefix[b] - prefix[a]) - _bits(prefix[ks] - prefix[a]) - _bits(prefix[b] - prefix[ks])
@@ -249,7 +277,7 @@ def _refine(seg: Segment, read, hist: np.ndarray, block: int, cuts: list[int]) -
     """Each cut (a block number) moved to the byte, within the blocks on
     either side of it, that splits the bytes between its neighbouring cuts
     at the least cost (_bits). Returns offsets in the segment."""
-    prefix = np.concatenate([np.zeros((1, KEYS), np.int64), np.cumsum(hist, axis=0)])
+    prefix = _prefix(hist)
     bounds = [0] + cuts + [len(hist)]
     out = []
     for i, k in enumerate(cuts):
@@ -261,7 +289,7 @@ def _refine(seg: Segment, read, hist: np.ndarray, block: int, cuts: list[int]) -
         if len(keys) > 4 * REFINE_STEP:  # first to REFINE_STEP bytes, from counts of steps
             steps = np.arange(len(keys)) // REFINE_STEP
             counts = np.bincount(steps * KEYS + keys, minlength=(int(steps[-1]) + 1) * KEYS).reshape(-1, KEYS)
-            moved = np.concatenate([np.zeros((1, KEYS), np.int64), np.cumsum(counts, axis=0)])
+            moved = _prefix(counts)
             t = int(np.argmin(_bits(left + moved) + _bits(right - moved)))
             first = max(0, t - 1) * REFINE_STEP
             left, right = left + moved[max(0, t - 1)], right - moved[max(0, t - 1)]
@@ -311,6 +339,8 @@ def _lane_pattern(period: int, n: int) -> np.ndarray:
 
 def _lane_counts(x: np.ndarray, start: int, period: int) -> np.ndarray:
     """Counts of each byte value at each offset mod `period` (x[0] at `start`): (period, 256)."""
+    if _rans is not None:  # one pass in C, 3 to 7 times numpy's (which makes an index array first)
+        return np.frombuffer(_rans.lane_histogram(x, start, period), np.int64).reshape(period, 256)
     size = max(PHASE_BLOCK, 1 << (len(x) - 1).bit_length())  # a few sizes, so that the patterns are kept
     lanes = _lane_pattern(period, size)[start % period: start % period + len(x)]
     return np.bincount(lanes + x, minlength=period * 256).reshape(period, 256)
@@ -323,12 +353,18 @@ def _field_bits(counts: np.ndarray, fields, rotations: np.ndarray | None = None)
     wider one keeps a model per byte of its items."""
     period = len(counts)
     doubled = np.concatenate([counts, counts])
-    prefix = np.concatenate([np.zeros((1, 256), np.int64), np.cumsum(doubled, axis=0)])
     r = np.arange(period) if rotations is None else np.asarray(rotations)
+    # Every rotation's pooled lanes from running sums; one rotation's (each
+    # block's phase, in `blocks`) summed directly: the same counts.
+    prefix = _prefix(doubled) if len(r) > 1 else None
     bits, at = np.zeros(len(r)), 0
     for count, width in fields:
-        if width == 1:
+        if width == 1 and prefix is not None:
             pooled = [prefix[r + at + count] - prefix[r + at]]
+        elif width == 1:
+            pooled = [doubled[r[0] + at: r[0] + at + count].sum(axis=0, keepdims=True)]
+        elif count == 1:  # one item (a block's scale): each of its bytes' lanes as it is
+            pooled = [doubled[r + at + b] for b in range(width)]
         else:  # byte b of every item: lanes at + b, at + b + width, ...
             pooled = [doubled[r[:, None] + at + b + width * np.arange(count)].sum(axis=1) for b in range(width)]
         for c in pooled:

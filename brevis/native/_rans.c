@@ -2081,6 +2081,58 @@ static PyObject *rans_histogram(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* lane_histogram(bytes, start, period) -> int64 counts, period x 256: how
+ * often each byte value lies at each lane, byte i's lane being (start + i)
+ * mod period (discovery.py's lane counts of a sample, for each block
+ * layout it tries). One pass without the GIL, a row of `period` bytes at
+ * a time from lane 0: within a row every byte counts in a lane of its own
+ * (no increment waits on another to one counter), and no lane number is
+ * carried from byte to byte. numpy's bincount of lane * 256 + byte made
+ * that index array first: 1.0 ms a layout on a sample of 256 KiB, twelve
+ * layouts a sample. */
+static PyObject *rans_lane_histogram(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    Py_ssize_t start, period;
+    if (!PyArg_ParseTuple(args, "Onn", &obj, &start, &period)) return NULL;
+    if (period < 1 || period > (1 << 16) || start < 0) {
+        PyErr_SetString(PyExc_ValueError, "period must be in 1..65536 and start >= 0");
+        return NULL;
+    }
+    buf_t b[1] = {{0}};
+    if (take(obj, &b[0], 0, "bytes") < 0) return NULL;
+    PyObject *result = PyBytes_FromStringAndSize(NULL, period * 256 * 8);
+    if (!result) { release(b, 1); return NULL; }
+    int64_t *counts = (int64_t *)PyBytes_AS_STRING(result);
+    const uint8_t *x = b[0].v.buf;
+    Py_ssize_t n = b[0].v.len, lane = start % period;
+    if (n / period >= (Py_ssize_t)UINT32_MAX) {  /* a lane's counter would pass 32 bits */
+        Py_DECREF(result); release(b, 1);
+        PyErr_SetString(PyExc_ValueError, "too many bytes a lane");
+        return NULL;
+    }
+    /* Counted byte-major, h[byte * period + lane], in 32 bits (a counter
+     * counts at most one byte a row, n / period + 1 in all): a row of one
+     * byte value touches consecutive counters, not counters 2 KiB apart
+     * that share a few cache sets (zeros counted three times faster). */
+    uint32_t *h = PyMem_RawCalloc((size_t)period * 256, sizeof(uint32_t));
+    if (!h) { Py_DECREF(result); release(b, 1); return PyErr_NoMemory(); }
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t first = lane ? period - lane : 0;  /* bytes before the first whole row */
+    if (first > n) first = n;
+    for (Py_ssize_t i = 0; i < first; i++) h[x[i] * period + lane + i]++;
+    const uint8_t *row = x + first;
+    Py_ssize_t rows = (n - first) / period, tail = (n - first) % period;
+    for (Py_ssize_t r = 0; r < rows; r++, row += period)
+        for (Py_ssize_t i = 0; i < period; i++) h[row[i] * period + i]++;
+    for (Py_ssize_t i = 0; i < tail; i++) h[row[i] * period + i]++;
+    for (Py_ssize_t l = 0; l < period; l++)
+        for (int v = 0; v < 256; v++) counts[l * 256 + v] = h[v * period + l];
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(h);
+    release(b, 1);
+    return result;
+}
+
 static int read_varint(const uint8_t *data, Py_ssize_t len, Py_ssize_t *pos, uint32_t *value) {
     uint32_t v = 0;
     for (int shift = 0; shift <= 28; shift += 7) {
@@ -2458,6 +2510,7 @@ static PyObject *rans_simd(PyObject *self, PyObject *args) { return PyBool_FromL
 static PyMethodDef methods[] = {
     {"counts", rans_counts, METH_VARARGS, "counts(values, width) -> (sum c*log2(c), distinct)"},
     {"histogram", rans_histogram, METH_VARARGS, "histogram(values, width, shift, keys, block_log) -> int64 counts"},
+    {"lane_histogram", rans_lane_histogram, METH_VARARGS, "lane_histogram(bytes, start, period) -> int64 counts, period x 256"},
     {"trie_values", rans_trie_values, METH_VARARGS, "trie_values(values, width, shift, key_bits, bin_cost, node_cost)"},
     {"encode_block", rans_encode_block, METH_VARARGS, "encode_block(values, width, bits, bin_cost, node_cost, lanes=4) -> bytes"},
     {"decode_stream", rans_decode_stream, METH_VARARGS, "decode_stream(stream, n, width, bits, out, simd=1) -> None"},

@@ -254,3 +254,54 @@ def test_pieces_cut_for_their_statistics_stay_apart(tmp_path):
     for s in f.segments:
         if s.ranges:
             assert len({kind_at(at + n // 2) for at, n in s.ranges if n > 4096}) <= 1, s.ranges
+
+
+# ---------------------------------------------------------------- the measures' arithmetic
+# Discovery's decisions compare these figures: the fast ways of making them
+# must give the very numbers the plain ones give (archives stay the same).
+
+@pytest.mark.parametrize("period", [1, 4, 18, 144, 292])
+def test_lane_counts_in_c_are_numpys(period, monkeypatch):
+    """lane_histogram: any start, any length (a first partial row, whole
+    rows, a tail; nothing at all), runs of one byte value as well."""
+    x = RNG.integers(0, 256, 10_000).astype(np.uint8)
+    x[3000:6000] = 7
+    for n in (0, 1, period - 1, period, 5 * period + 3, len(x)):
+        for start in (0, 1, period - 1, 12_345):
+            fast = discovery._lane_counts(x[:n], start, period) if n else \
+                np.frombuffer(discovery._rans.lane_histogram(x[:0], start, period), np.int64).reshape(period, 256)
+            with monkeypatch.context() as m:
+                m.setattr(discovery, "_rans", None)
+                plain = discovery._lane_counts(x[:n], start, period) if n else np.zeros((period, 256), np.int64)
+            assert np.array_equal(fast, plain), (n, start)
+
+
+def test_running_sums_row_by_row_are_cumsums():
+    rows = RNG.integers(0, 1 << 20, (300, 256))
+    assert np.array_equal(discovery._prefix(rows)[1:], np.cumsum(rows, axis=0))
+    assert not discovery._prefix(rows)[0].any() and discovery._prefix(rows[:0]).shape == (1, 256)
+
+
+def test_xlogx_from_the_table_is_computed_xlogx():
+    """The same doubles, bit for bit, for every count the table holds; past
+    it (a span's totals) computed as before."""
+    def computed(c):
+        c = c.astype(np.float64)
+        return c * np.log2(np.where(c > 0, c, 1))
+
+    every = np.arange(discovery.XLOGX_TOP + 1)
+    assert discovery._xlogx(every).tobytes() == computed(every).tobytes()
+    counts = RNG.integers(0, 5000, (64, 1024))
+    assert discovery._xlogx(counts).tobytes() == computed(counts).tobytes()
+    past = np.array([0, 3, discovery.XLOGX_TOP + 1, 1 << 40])
+    assert discovery._xlogx(past).tobytes() == computed(past).tobytes()
+
+
+@pytest.mark.parametrize("period", sorted(discovery.LAYOUTS))
+def test_one_rotations_field_bits_are_those_of_every_rotation(period):
+    """Summed directly, one phase's bits are what the running sums give it."""
+    fields = discovery.LAYOUTS[period]
+    counts = RNG.integers(0, 40, (period, 256))
+    every = discovery._field_bits(counts, fields)
+    for r in (0, 1, period // 2, period - 1):
+        assert discovery._field_bits(counts, fields, [r]).tobytes() == every[r:r + 1].tobytes()
