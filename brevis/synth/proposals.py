@@ -157,6 +157,15 @@ def _distinct(x: np.ndarray) -> int:
     return int(len(s) and 1 + np.count_nonzero(s[1:] != s[:-1]))
 
 
+def _top_sum(counts: np.ndarray, k: int) -> int:
+    """The sum of the k largest counts (all of them where there are fewer):
+    one partition, not a sort of every distinct value's count (a 16-bit
+    field's thousands, asked for every value the search opens)."""
+    if len(counts) <= k:
+        return int(counts.sum())
+    return int(np.partition(counts, len(counts) - k)[len(counts) - k:].sum())
+
+
 def _histogram(x: np.ndarray, t: Field) -> tuple[np.ndarray, np.ndarray]:
     """Distinct values and their counts (bincount where the alphabet is small)."""
     if t.bits <= 16:
@@ -274,10 +283,9 @@ def proposals(v: Value) -> list[Production]:
         top = int(np.argmax(counts))
         if 0.9 <= counts[top] / len(seen) < 1:
             out.append(Sparse(value=int(values[top])))
-        if t.bits > 8 and len(values) > 1:
+        if t.bits > 8 and len(values) > 1 and _top_sum(counts, 255) >= 0.95 * len(seen):
             order = np.argsort(-counts, kind="stable")[:255]
-            if counts[order].sum() >= 0.95 * len(seen):
-                out.append(Rank(symbols=[int(values[i]) for i in order]))
+            out.append(Rank(symbols=[int(values[i]) for i in order]))
         if 4 < t.bits <= 8 and len(values) > 2 and not v.opaque and not ranked:
             # Ranks of a small alphabet in 4 bits, packed two to a byte: the
             # entropy coder then codes pairs, which wastes less than coding
