@@ -84,11 +84,13 @@ def test_c_and_python_agree_on_a_block_of_many_values(bits, monkeypatch):
 @pytest.mark.parametrize("lanes", [entropy.LANES, entropy.WIDE_LANES])
 @pytest.mark.parametrize("bits", [1, 5, 8, 12, 16, 17, 24, 32])
 def test_both_c_encoding_kernels_write_the_same_block(bits, lanes):
-    """With BMI2 and, on wide blocks, AVX2 (where the CPU has them) and
-    without: the same steps, the same bytes (blocks of one bin, the only
-    ones whose state bound is 2^32, always without AVX2)."""
-    for kind in ("uniform", "bell", "constant", "skewed"):
-        for n in (1, 7, 1000, 70_000):
+    """With BMI2, on wide blocks AVX2, and for 8-bit values the offsets 64
+    at a time with AVX-512 VBMI (where the CPU has them) and without: the
+    same steps, the same bytes (blocks of one bin, the only ones whose
+    state bound is 2^32, always without AVX2; lengths around the kernel's
+    64 values and with tails)."""
+    for kind in ("uniform", "bell", "constant", "skewed") + (("clusters",) if bits >= 5 else ()):
+        for n in (1, 7, 64, 65, 1000, 70_000):
             x = values(kind, n, bits, seed=n)
             width = entropy._width(Field(bits))
             fast = entropy._rans.encode_block(x, width, bits, entropy.BIN_COST, entropy.NODE_COST, lanes, 1)
