@@ -70,7 +70,7 @@ static inline uint32_t load(const void *p, int width, Py_ssize_t i) {
  * outside its bin or a bin has no frequency. Needs no GIL. */
 typedef struct { uint64_t x_max; uint32_t m, l, freq, cum; } sym_t;  /* a bin, as the coding step needs it */
 typedef struct { uint16_t *words; uint8_t *offs; sym_t *sym; uint16_t *ranks; uint64_t *rec; uint32_t x[MAX_LANES];
-                 size_t first, nwords, noffs; int lanes, avx2, zmm; } enc_t;
+                 size_t first, nwords, noffs; int lanes, avx2, zmm, wide_zmm; } enc_t;
 /* The bins and offsets of 8-bit values, 64 at a time with AVX-512 VBMI
  * (below; zmm set only where it runs): how many values it did, a multiple
  * of 64, with the bit stream's state as encode_body keeps it. */
@@ -81,6 +81,8 @@ static Py_ssize_t offsets_bytes_zmm(const uint8_t *v, Py_ssize_t n, const uint16
  * 64-bit records a bin. Where it is built: the x86 hosts. */
 static uint16_t *wide_encode_avx2(const uint64_t *rec, const uint16_t *ranks, Py_ssize_t whole, uint32_t *xs,
                                   uint16_t *ptr, int P);
+static uint16_t *wide_encode_zmm(const uint64_t *rec, const uint16_t *ranks, Py_ssize_t whole, uint32_t *xs,
+                                 uint16_t *ptr, int P);  /* the same with AVX-512 (where wide_zmm_usable) */
 
 /* BMI2's shifts take any register as the count, not only cl (fewer moves
  * and spills): the coder's loops shift by a value's width or a bin's. */
@@ -203,7 +205,7 @@ static inline __attribute__((always_inline)) int encode_body(ENCODE_PARAMS) {
                     rec[2 * r] = sym[r].m | sym[r].x_max << 32;
                     rec[2 * r + 1] = sym[r].freq | sym[r].cum << 16 | (uint64_t)sym[r].l << 32;
                 }
-                ptr = wide_encode_avx2(rec, ranks, whole, x, ptr, P);
+                ptr = (e->wide_zmm ? wide_encode_zmm : wide_encode_avx2)(rec, ranks, whole, x, ptr, P);
             } else {
                 for (Py_ssize_t i = whole - WIDE_LANES; i >= 0; i -= WIDE_LANES)
                     for (int k = WIDE_LANES - 1; k >= 0; k--) {
@@ -1114,6 +1116,63 @@ static uint16_t *wide_encode_avx2(const uint64_t *rec, const uint16_t *ranks, Py
                                   uint16_t *ptr, int P) {
     (void)rec; (void)ranks; (void)whole; (void)xs; (void)P;
     return ptr;  /* never called: wide_simd_usable() is 0 */
+}
+#endif
+
+#ifdef HAVE_WIDE_ZMM
+/* wide_encode_avx2's steps on 512-bit vectors (where wide_zmm runs): two
+ * vectors of sixteen states instead of four of eight, each gather taking
+ * eight bins' records in lane order, and a vector's renormalizing words
+ * compressed (VBMI2) and expanded to the top of 32 bytes, stored below
+ * `ptr` as the AVX2 kernel stores 16 (the buffer's 2n + 2 words leave
+ * room: a whole group writes at most 32 of them). The same words and
+ * states (the tests hold both to the scalar loop's bytes). */
+ZMM_TARGET
+static uint16_t *wide_encode_zmm(const uint64_t *rec, const uint16_t *ranks, Py_ssize_t whole, uint32_t *xs,
+                                 uint16_t *ptr, int P) {
+    __m512i x[2];
+    for (int g = 0; g < 2; g++) x[g] = _mm512_loadu_si512((const void *)(xs + 16 * g));
+    const __m512i low32 = _mm512_set1_epi64(0xffffffff), lo16 = _mm512_set1_epi32(0xffff);
+    const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m128i shift = _mm_cvtsi32_si128(P);
+    for (Py_ssize_t i = whole - WIDE_LANES; i >= 0; i -= WIDE_LANES) {
+        for (int g = 1; g >= 0; g--) {
+            __m512i idx = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(ranks + i + 16 * g))), 1);
+            __m256i i0 = _mm512_castsi512_si256(idx), i1 = _mm512_extracti64x4_epi64(idx, 1);
+            __m512i a0 = _mm512_i32gather_epi64(i0, (const void *)rec, 8), a1 = _mm512_i32gather_epi64(i1, (const void *)rec, 8);
+            __m512i c0 = _mm512_i32gather_epi64(i0, (const void *)(rec + 1), 8);
+            __m512i c1 = _mm512_i32gather_epi64(i1, (const void *)(rec + 1), 8);
+            __m512i m = _mm512_permutex2var_epi32(a0, evens, a1), x_max = _mm512_permutex2var_epi32(a0, odds, a1);
+            __m512i fc = _mm512_permutex2var_epi32(c0, evens, c1), l = _mm512_permutex2var_epi32(c0, odds, c1);
+            __m512i X = x[g];
+            __mmask16 need = _mm512_cmpge_epu32_mask(X, x_max);
+            int count = __builtin_popcount((unsigned)need);
+            __m256i words = _mm256_maskz_compress_epi16(need, _mm512_cvtepi32_epi16(X));
+            /* the count words at the top of the 16 (their order kept) */
+            words = _mm256_maskz_expand_epi16((__mmask16)(0xffffu << (16 - count)), words);
+            _mm256_storeu_si256((__m256i *)(ptr - 16), words);
+            ptr -= count;
+            X = _mm512_mask_srli_epi32(X, need, X, 16);
+            /* q = (X + (X * m >> 32)) >> l in 64 bits: the even states, then the odd ones */
+            __m512i even = _mm512_add_epi64(_mm512_and_si512(X, low32), _mm512_srli_epi64(_mm512_mul_epu32(X, m), 32));
+            even = _mm512_srlv_epi64(even, _mm512_and_si512(l, low32));
+            __m512i Xo = _mm512_srli_epi64(X, 32);
+            __m512i odd = _mm512_add_epi64(Xo, _mm512_srli_epi64(_mm512_mul_epu32(Xo, _mm512_srli_epi64(m, 32)), 32));
+            odd = _mm512_srlv_epi64(odd, _mm512_srli_epi64(l, 32));
+            __m512i q = _mm512_or_si512(_mm512_and_si512(even, low32), _mm512_slli_epi64(odd, 32));
+            __m512i rest = _mm512_sub_epi32(X, _mm512_mullo_epi32(q, _mm512_and_si512(fc, lo16)));
+            x[g] = _mm512_add_epi32(_mm512_add_epi32(_mm512_sll_epi32(q, shift), rest), _mm512_srli_epi32(fc, 16));
+        }
+    }
+    for (int g = 0; g < 2; g++) _mm512_storeu_si512((void *)(xs + 16 * g), x[g]);
+    return ptr;
+}
+#else
+static uint16_t *wide_encode_zmm(const uint64_t *rec, const uint16_t *ranks, Py_ssize_t whole, uint32_t *xs,
+                                 uint16_t *ptr, int P) {
+    (void)rec; (void)ranks; (void)whole; (void)xs; (void)P;
+    return ptr;  /* never called: wide_zmm is set only where the kernel is built */
 }
 #endif
 
@@ -2031,6 +2090,7 @@ static PyObject *rans_encode_block(PyObject *self, PyObject *args) {
     e.avx2 = lanes == WIDE_LANES && simd && bins > 1 && wide_simd_usable();
 #ifdef HAVE_WIDE_ZMM
     e.zmm = width == 1 && wide_zmm_usable(simd);  /* simd 0: the scalar loops (the tests hold both to the same bytes) */
+    e.wide_zmm = e.avx2 && wide_zmm_usable(simd);
 #endif
     if (!freq || !order || !f32 || !cum || !lower || !obits || !ranks || !e.words || !e.offs || !e.sym || !e.rec) {
         PyErr_NoMemory(); goto done;
