@@ -1074,6 +1074,21 @@ static Py_ssize_t offsets_bytes_zmm(const uint8_t *v, Py_ssize_t n, const uint16
  * words, at most one a value written). Wide F16 and F32 blocks of 2^18
  * values: encode_block 5.4 -> 4.2 ns a value. */
 static uint8_t wide_pack[256][16];  /* mask m: its states' 16-bit words at the top of 16 bytes, in order */
+/* A wide state's coding step on W-bit vectors (256: wide_encode_avx2, 512:
+ * wide_encode_zmm), ENC's: q = x / freq as (X + (X * m >> 32)) >> l in 64
+ * bits, the even states then the odd ones; then (q << P) + (X - q * freq)
+ * + cum into OUT. fc: freq | cum << 16; l: the shift, in each item's high half. */
+#define WIDE_ENC_STEP(W, OUT, X, M, L, FC, SHIFT, LOW32, LO16) { \
+    __m##W##i even_ = _mm##W##_add_epi64(_mm##W##_and_si##W((X), (LOW32)), \
+                                         _mm##W##_srli_epi64(_mm##W##_mul_epu32((X), (M)), 32)); \
+    even_ = _mm##W##_srlv_epi64(even_, _mm##W##_and_si##W((L), (LOW32))); \
+    __m##W##i xo_ = _mm##W##_srli_epi64((X), 32); \
+    __m##W##i odd_ = _mm##W##_add_epi64(xo_, _mm##W##_srli_epi64(_mm##W##_mul_epu32(xo_, _mm##W##_srli_epi64((M), 32)), 32)); \
+    odd_ = _mm##W##_srlv_epi64(odd_, _mm##W##_srli_epi64((L), 32)); \
+    __m##W##i q_ = _mm##W##_or_si##W(_mm##W##_and_si##W(even_, (LOW32)), _mm##W##_slli_epi64(odd_, 32)); \
+    __m##W##i rest_ = _mm##W##_sub_epi32((X), _mm##W##_mullo_epi32(q_, _mm##W##_and_si##W((FC), (LO16)))); \
+    OUT = _mm##W##_add_epi32(_mm##W##_add_epi32(_mm##W##_sll_epi32(q_, (SHIFT)), rest_), _mm##W##_srli_epi32((FC), 16)); \
+}
 
 __attribute__((target("avx2")))
 static uint16_t *wide_encode_avx2(const uint64_t *rec, const uint16_t *ranks, Py_ssize_t whole, uint32_t *xs,
@@ -1097,15 +1112,7 @@ static uint16_t *wide_encode_avx2(const uint64_t *rec, const uint16_t *ranks, Py
             _mm_storeu_si128((__m128i *)(ptr - 8), _mm_shuffle_epi8(words, _mm_loadu_si128((const __m128i *)wide_pack[mask])));
             ptr -= __builtin_popcount(mask);
             X = _mm256_blendv_epi8(X, _mm256_srli_epi32(X, 16), need);
-            /* q = (X + (X * m >> 32)) >> l in 64 bits: the even states, then the odd ones */
-            __m256i even = _mm256_add_epi64(_mm256_and_si256(X, low32), _mm256_srli_epi64(_mm256_mul_epu32(X, m), 32));
-            even = _mm256_srlv_epi64(even, _mm256_and_si256(l, low32));
-            __m256i Xo = _mm256_srli_epi64(X, 32);
-            __m256i odd = _mm256_add_epi64(Xo, _mm256_srli_epi64(_mm256_mul_epu32(Xo, _mm256_srli_epi64(m, 32)), 32));
-            odd = _mm256_srlv_epi64(odd, _mm256_srli_epi64(l, 32));
-            __m256i q = _mm256_or_si256(_mm256_and_si256(even, low32), _mm256_slli_epi64(odd, 32));
-            __m256i rest = _mm256_sub_epi32(X, _mm256_mullo_epi32(q, _mm256_and_si256(fc, lo16)));
-            x[g] = _mm256_add_epi32(_mm256_add_epi32(_mm256_sll_epi32(q, shift), rest), _mm256_srli_epi32(fc, 16));
+            WIDE_ENC_STEP(256, x[g], X, m, l, fc, shift, low32, lo16)
         }
     }
     for (int g = 0; g < 4; g++) _mm256_storeu_si256((__m256i *)(xs + 8 * g), x[g]);
@@ -1154,15 +1161,7 @@ static uint16_t *wide_encode_zmm(const uint64_t *rec, const uint16_t *ranks, Py_
             _mm256_storeu_si256((__m256i *)(ptr - 16), words);
             ptr -= count;
             X = _mm512_mask_srli_epi32(X, need, X, 16);
-            /* q = (X + (X * m >> 32)) >> l in 64 bits: the even states, then the odd ones */
-            __m512i even = _mm512_add_epi64(_mm512_and_si512(X, low32), _mm512_srli_epi64(_mm512_mul_epu32(X, m), 32));
-            even = _mm512_srlv_epi64(even, _mm512_and_si512(l, low32));
-            __m512i Xo = _mm512_srli_epi64(X, 32);
-            __m512i odd = _mm512_add_epi64(Xo, _mm512_srli_epi64(_mm512_mul_epu32(Xo, _mm512_srli_epi64(m, 32)), 32));
-            odd = _mm512_srlv_epi64(odd, _mm512_srli_epi64(l, 32));
-            __m512i q = _mm512_or_si512(_mm512_and_si512(even, low32), _mm512_slli_epi64(odd, 32));
-            __m512i rest = _mm512_sub_epi32(X, _mm512_mullo_epi32(q, _mm512_and_si512(fc, lo16)));
-            x[g] = _mm512_add_epi32(_mm512_add_epi32(_mm512_sll_epi32(q, shift), rest), _mm512_srli_epi32(fc, 16));
+            WIDE_ENC_STEP(512, x[g], X, m, l, fc, shift, low32, lo16)
         }
     }
     for (int g = 0; g < 2; g++) _mm512_storeu_si512((void *)(xs + 16 * g), x[g]);
