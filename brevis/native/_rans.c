@@ -2007,6 +2007,23 @@ static Py_ssize_t count_keys(const void *values, Py_ssize_t n, int width, int sh
     return bad ? -1 : d;
 }
 
+/* key_counts(values, width) -> (keys, counts): the distinct values of
+ * 8 or 16-bit values in increasing order (uint32) and how many times each
+ * is there (int64): numpy's bincount and flatnonzero of them, without the
+ * 65,536-entry array a 16-bit field's bincount makes and scans (the
+ * search's proposals ask this of every value it opens). */
+static PyObject *rans_key_counts(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    int width;
+    if (!PyArg_ParseTuple(args, "Oi", &obj, &width)) return NULL;
+    if (width != 1 && width != 2) { PyErr_SetString(PyExc_ValueError, "width must be 1 or 2"); return NULL; }
+    buf_t b[1] = {{0}};
+    if (take(obj, &b[0], 0, "values") < 0) return NULL;
+    Py_ssize_t d = count_keys(b[0].v.buf, b[0].v.len / width, width, 0, 8 * width);
+    release(b, 1);
+    return Py_BuildValue("(y#y#)", (const char *)key_ids, d * 4, (const char *)key_cnts, d * 8);
+}
+
 /* trie_values(values, width, shift, key_bits, bin_cost, node_cost): the
  * trie of the keys value >> shift, counted here (no 2^key_bits array
  * per call: a sample of a few thousand values touches a few thousand keys). */
@@ -2695,6 +2712,7 @@ static PyMethodDef methods[] = {
     {"histogram", rans_histogram, METH_VARARGS, "histogram(values, width, shift, keys, block_log) -> int64 counts"},
     {"lane_histogram", rans_lane_histogram, METH_VARARGS, "lane_histogram(bytes, start, period) -> int64 counts, period x 256"},
     {"trie_values", rans_trie_values, METH_VARARGS, "trie_values(values, width, shift, key_bits, bin_cost, node_cost)"},
+    {"key_counts", rans_key_counts, METH_VARARGS, "key_counts(values, width) -> (distinct values as uint32, their counts as int64)"},
     {"encode_block", rans_encode_block, METH_VARARGS, "encode_block(values, width, bits, bin_cost, node_cost, lanes=4) -> bytes"},
     {"decode_stream", rans_decode_stream, METH_VARARGS, "decode_stream(stream, n, width, bits, out, simd=1) -> None"},
     {"decode_streams", rans_decode_streams, METH_VARARGS,

@@ -167,7 +167,11 @@ def _top_sum(counts: np.ndarray, k: int) -> int:
 
 
 def _histogram(x: np.ndarray, t: Field) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct values and their counts (bincount where the alphabet is small)."""
+    """Distinct values and their counts, in increasing order (counted, not
+    sorted, where the alphabet is small)."""
+    if _rans is not None and x.dtype in (np.uint8, np.uint16) and len(x):
+        keys, counts = _rans.key_counts(np.ascontiguousarray(x), x.itemsize)
+        return np.frombuffer(keys, np.uint32), np.frombuffer(counts, np.int64)
     if t.bits <= 16:
         counts = np.bincount(x, minlength=1)
         values = np.flatnonzero(counts)

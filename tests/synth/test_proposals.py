@@ -107,3 +107,29 @@ def test_distinct_counts_as_unique_does(dtype):
         if n:  # rows of 4 as opaque records, as the row dedup proposal counts them
             rows = np.ascontiguousarray(x[: n // 4 * 4].reshape(-1, 4)).view(np.dtype((np.void, 4 * x.itemsize)))
             assert _distinct(rows) == len(np.unique(rows))
+
+
+@pytest.mark.parametrize("bits", [2, 8, 12, 16])
+def test_a_fields_histogram_is_bincounts(bits, monkeypatch):
+    """Counted in C (key_counts): the distinct values in increasing order
+    and their counts, as numpy's bincount and flatnonzero give them, at
+    any length (fewer values than keys, more, one value)."""
+    from brevis.synth import proposals as p
+
+    rng = np.random.default_rng(bits)
+    for n in (1, 300, 70_000):
+        x = np.minimum(rng.geometric(0.01, n), (1 << bits) - 1).astype(Field(bits).container)
+        fast = p._histogram(x, Field(bits))
+        monkeypatch.setattr(p, "_rans", None)
+        plain = p._histogram(x, Field(bits))
+        monkeypatch.undo()
+        assert all(np.array_equal(a, b) for a, b in zip(fast, plain)), n
+
+
+def test_the_rank_proposals_test_is_the_sum_of_the_largest_counts():
+    from brevis.synth.proposals import _top_sum
+
+    rng = np.random.default_rng(5)
+    for n in (1, 255, 256, 5000):
+        counts = rng.integers(1, 50, n)
+        assert _top_sum(counts, 255) == int(counts[np.argsort(-counts, kind="stable")[:255]].sum())
