@@ -169,6 +169,10 @@ def _xlogx(c: np.ndarray) -> np.ndarray:
     thousands of counts, hundreds of times a file), else computed."""
     if c.dtype.kind in "iu" and c.size and c.max() <= XLOGX_TOP:
         return _xlogx_table()[c]
+    return _computed_xlogx(c)
+
+
+def _computed_xlogx(c: np.ndarray) -> np.ndarray:
     c = c.astype(np.float64)
     return c * np.log2(np.where(c > 0, c, 1))
 
@@ -178,10 +182,9 @@ XLOGX_TOP = RECORD_SAMPLE  # counts of a sample at most (a lane's, a block's are
 
 @functools.lru_cache(maxsize=1)
 def _xlogx_table() -> np.ndarray:
-    """c log2 c for c = 0..XLOGX_TOP, by _xlogx's own steps: the same
-    doubles it computes (2 MiB, 1 ms, made at a process's first use)."""
-    c = np.arange(XLOGX_TOP + 1, dtype=np.float64)
-    return c * np.log2(np.where(c > 0, c, 1))
+    """c log2 c for c = 0..XLOGX_TOP, by the same steps: the same doubles
+    _xlogx computes (2 MiB, 1 ms, made at a process's first use)."""
+    return _computed_xlogx(np.arange(XLOGX_TOP + 1))
 
 
 def _row_bits(counts: np.ndarray) -> np.ndarray:
