@@ -2082,11 +2082,27 @@ static void put_varint(uint8_t *out, size_t *pos, uint64_t v) {
  * The precision and the frequencies are entropy.py's precision() and
  * normalize(), to the bit (the golden fixtures and the C-against-Python
  * tests check it). */
+/* The occupied keys of a block from its counts already made (int64 per
+ * key, `have` of them: choose_block's histogram of a field of at most 8
+ * bits), into key_ids and key_cnts as count_keys would put them; -1 where
+ * a key past 2^key_bits is counted or the counts do not add up to n. */
+static Py_ssize_t keys_of_counts(const int64_t *counts, Py_ssize_t have, int key_bits, Py_ssize_t n) {
+    Py_ssize_t keys = (Py_ssize_t)1 << key_bits, d = 0;
+    int64_t total = 0;
+    for (Py_ssize_t k = 0; k < have; k++) {
+        int64_t c = counts[k];
+        if (c < 0 || (c && k >= keys)) return -1;
+        if (c) { key_ids[d] = (uint32_t)k; key_cnts[d++] = c; total += c; }
+    }
+    return total == n ? d : -1;
+}
+
 static PyObject *rans_encode_block(PyObject *self, PyObject *args) {
-    PyObject *obj;
+    PyObject *obj, *counts_obj = Py_None;
     int width, bits, lanes = LANES, simd = 1;
     double bin_cost, node_cost;
-    if (!PyArg_ParseTuple(args, "Oiidd|ii", &obj, &width, &bits, &bin_cost, &node_cost, &lanes, &simd)) return NULL;
+    if (!PyArg_ParseTuple(args, "Oiidd|iiO", &obj, &width, &bits, &bin_cost, &node_cost, &lanes, &simd, &counts_obj))
+        return NULL;
     if ((width != 1 && width != 2 && width != 4) || bits < 1 || bits > 8 * width || (lanes != LANES && lanes != WIDE_LANES)) {
         PyErr_SetString(PyExc_ValueError, "bad encode_block arguments");
         return NULL;
@@ -2105,8 +2121,20 @@ static PyObject *rans_encode_block(PyObject *self, PyObject *args) {
     enc_t e = {0};
     e.lanes = lanes;
     if (n < 1) { PyErr_SetString(PyExc_ValueError, "an empty block"); goto done; }
-    Py_ssize_t d = count_keys(values, n, width, shift, key_bits);
-    if (d < 0) { PyErr_SetString(PyExc_ValueError, "a key is out of range"); goto done; }
+    Py_ssize_t d;
+    if (counts_obj != Py_None) {  /* the block's key counts, made by the caller (shift 0: keys are values) */
+        buf_t cb[1] = {{0}};
+        if (shift || take(counts_obj, &cb[0], 0, "counts") < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "counts are for fields of at most 16 bits");
+            goto done;
+        }
+        d = cb[0].v.len % 8 ? -1 : keys_of_counts(cb[0].v.buf, cb[0].v.len / 8, key_bits, n);
+        release(cb, 1);
+        if (d < 0) { PyErr_SetString(PyExc_ValueError, "the counts are not the block's"); goto done; }
+    } else {
+        d = count_keys(values, n, width, shift, key_bits);
+        if (d < 0) { PyErr_SetString(PyExc_ValueError, "a key is out of range"); goto done; }
+    }
     trie_t t;
     if (trie_core(key_ids, key_cnts, d, key_bits, bin_cost, node_cost, &t) < 0) { PyErr_NoMemory(); goto done; }
     Py_ssize_t bins = t.nbins;
@@ -2713,7 +2741,7 @@ static PyMethodDef methods[] = {
     {"lane_histogram", rans_lane_histogram, METH_VARARGS, "lane_histogram(bytes, start, period) -> int64 counts, period x 256"},
     {"trie_values", rans_trie_values, METH_VARARGS, "trie_values(values, width, shift, key_bits, bin_cost, node_cost)"},
     {"key_counts", rans_key_counts, METH_VARARGS, "key_counts(values, width) -> (distinct values as uint32, their counts as int64)"},
-    {"encode_block", rans_encode_block, METH_VARARGS, "encode_block(values, width, bits, bin_cost, node_cost, lanes=4) -> bytes"},
+    {"encode_block", rans_encode_block, METH_VARARGS, "encode_block(values, width, bits, bin_cost, node_cost, lanes=4, simd=1, counts=None) -> bytes"},
     {"decode_stream", rans_decode_stream, METH_VARARGS, "decode_stream(stream, n, width, bits, out, simd=1) -> None"},
     {"decode_streams", rans_decode_streams, METH_VARARGS,
      "decode_streams([(stream, n, width, bits, out[, check, digest]), ...]) -> None or (k, error, kind)"},

@@ -74,7 +74,7 @@ def test_c_and_python_agree_and_round_trip(kind, n, bits, monkeypatch):
 def test_c_and_python_agree_on_a_block_of_many_values(bits, monkeypatch):
     """At least as many values as keys: the C loops count keys in four histograms."""
     t, x = Field(bits), values("bell", 70_000, bits, seed=8)
-    monkeypatch.setattr(entropy, "choose_block", lambda values, t: 0)
+    monkeypatch.setattr(entropy, "choose_block", lambda values, t, counts=None: 0)
     stream = Ans().encode(x, t)
     assert np.array_equal(Ans().decode(memoryview(stream), len(x), t), x)
     monkeypatch.setattr(entropy, "_rans", None)
@@ -96,6 +96,68 @@ def test_both_c_encoding_kernels_write_the_same_block(bits, lanes):
             fast = entropy._rans.encode_block(x, width, bits, entropy.BIN_COST, entropy.NODE_COST, lanes, 1)
             plain = entropy._rans.encode_block(x, width, bits, entropy.BIN_COST, entropy.NODE_COST, lanes, 0)
             assert fast == plain
+
+
+@pytest.mark.parametrize("bits", [1, 4, 5, 8])
+def test_a_block_coded_from_its_counts_is_the_block_coded_from_its_values(bits):
+    """encode_block given a byte field's counts (choose_block's, 256 a
+    block) writes the bytes it writes counting the values itself; counts
+    that are not the block's are refused, never coded."""
+    width = 1
+    for kind in ("uniform", "bell", "constant", "skewed") + (("clusters",) if bits >= 5 else ()):
+        for n in (1, 65, 1000, 70_000):
+            x = values(kind, n, bits, seed=n + bits)
+            counts = np.bincount(x, minlength=256).astype(np.int64)
+            for lanes in (entropy.LANES, entropy.WIDE_LANES):
+                args = (x, width, bits, entropy.BIN_COST, entropy.NODE_COST, lanes, 1)
+                assert entropy._rans.encode_block(*args, counts) == entropy._rans.encode_block(*args)
+    x = values("bell", 5000, 5)
+    args = (x, 1, 5, entropy.BIN_COST, entropy.NODE_COST, entropy.LANES, 1)
+    counts = np.bincount(x, minlength=256).astype(np.int64)
+    wrong = [counts.astype(np.int32), counts.copy()]  # int32: not a row of int64 counts
+    wrong[-1][0] += 1  # one value too many
+    past = counts.copy()
+    past[40] += 1
+    past[int(np.argmax(counts))] -= 1
+    wrong.append(past)  # a key past 2**5
+    negative = counts.copy()
+    negative[1] -= counts.sum() + 1
+    negative[2] += counts.sum() + 1
+    wrong.append(negative)
+    for w in wrong:
+        with pytest.raises(ValueError):
+            entropy._rans.encode_block(*args, w)
+    with pytest.raises(ValueError):  # a field of more than 16 bits has no such counts
+        entropy._rans.encode_block(values("bell", 100, 20), 4, 20, entropy.BIN_COST, entropy.NODE_COST,
+                                   entropy.LANES, 1, np.zeros(256, np.int64))
+
+
+@pytest.mark.parametrize("bits", [3, 8, 12])
+def test_choose_block_hands_over_each_blocks_counts_of_a_byte_field(bits, monkeypatch):
+    """For a field of at most 8 bits the counts choose_block appends are
+    each chosen block's counts of its values (one row where one model);
+    for a wider field it appends none. Ans codes the same stream either way."""
+    rng = np.random.default_rng(bits)
+    top = (1 << bits) - 1
+    scales = np.repeat([1.0, 12.0, 3.0, 40.0, 2.0], 1 << 14)
+    drifting = np.minimum(np.abs(rng.normal(0, 1, len(scales))) * scales * (top / 60), top).astype(Field(bits).container)
+    stationary = values("bell", 50_000, bits, seed=2)
+    t = Field(bits)
+    for x in (drifting, stationary[:9000], stationary):
+        counts: list = []
+        block_log = entropy.choose_block(x, t, counts)
+        if bits > 8:
+            assert counts == []
+            continue
+        size = 1 << block_log if block_log else len(x)
+        assert len(counts) == -(-len(x) // size)
+        for k, row in enumerate(counts):
+            assert np.array_equal(row, np.bincount(x[k * size: (k + 1) * size], minlength=256))
+    assert entropy.choose_block(drifting, t) in entropy.BLOCK_LOGS
+    streams = [Ans().encode(x, t) for x in (drifting, stationary)]
+    plain = entropy.choose_block
+    monkeypatch.setattr(entropy, "choose_block", lambda v, t, counts=None: plain(v, t))  # counts not handed over
+    assert [Ans().encode(x, t) for x in (drifting, stationary)] == streams
 
 
 @pytest.mark.parametrize("width,shift,key_bits", [(1, 0, 8), (1, 3, 5), (2, 0, 16), (2, 0, 12), (2, 4, 12),
@@ -124,7 +186,7 @@ def test_blocks_coded_one_after_another_do_not_share_their_bins(monkeypatch):
     keys it used): a block whose keys the one before never had, or had in
     other bins, codes as the Python encoder codes it."""
     t = Field(16)
-    monkeypatch.setattr(entropy, "choose_block", lambda values, t: 0)
+    monkeypatch.setattr(entropy, "choose_block", lambda values, t, counts=None: 0)
     blocks = [values("bell", 5000, 16, seed=1), values("uniform", 3000, 16, seed=2),
               values("bell", 70_000, 16, seed=3) ^ np.uint16(0x8000), values("constant", 100, 16)]
     streams = [Ans().encode(x, t) for x in blocks]
@@ -201,7 +263,7 @@ def test_the_c_stream_decoder_agrees_with_python_on_damaged_blocked_streams(bits
     """Many batches of the C fast path, over several blocks: on every flip the
     C decoder and the Python one both refuse the stream or both give the same
     values (the fast path reads zeros past a stream's end, then refuses it)."""
-    monkeypatch.setattr(entropy, "choose_block", lambda values, t: 12)
+    monkeypatch.setattr(entropy, "choose_block", lambda values, t, counts=None: 12)
     t, x = Field(bits), values("bell", (5 << 12) + 77, bits, seed=6)
     stream = Ans().encode(x, t)
     assert stream[0] == 12
@@ -387,7 +449,7 @@ def test_narrow_blocks_with_few_offset_bytes(n, monkeypatch):
     its last offsets from a copy padded with zeros, with unchecked loads:
     every decoder gives the values back, and flipped or cut, every decoder
     refuses the same streams or gives the same values."""
-    monkeypatch.setattr(entropy, "choose_block", lambda values, t: 0)
+    monkeypatch.setattr(entropy, "choose_block", lambda values, t, counts=None: 0)
     rng = np.random.default_rng(5)
     x = rng.choice(np.array([120, 121, 122, 123], np.uint8), n, p=[0.4, 0.3, 0.2, 0.1])
     rare = rng.random(n) < 0.01
@@ -406,7 +468,7 @@ def test_damaged_wide_streams_fail_alike_in_every_decoder(bits, monkeypatch):
     stream's end and refuse it after the group, the scalar loop at once;
     every decoder refuses the same streams or gives the same values."""
     monkeypatch.setattr(entropy, "WIDE_MIN", 1 << 12)
-    monkeypatch.setattr(entropy, "choose_block", lambda values, t: 12)
+    monkeypatch.setattr(entropy, "choose_block", lambda values, t, counts=None: 12)
     t, x = Field(bits), values("bell", (3 << 12) + 77, bits, seed=11)
     stream = Ans().encode(x, t)
     assert stream[0] == entropy.WIDE | 12
@@ -492,7 +554,7 @@ def test_blocks_read_ahead_into_their_stream_only(bits, monkeypatch):
     stream ending just before a page that may not be read. Whole, it
     decodes to its values; damaged or cut, it is refused or decodes as the
     Python decoder does, and nothing past it is read."""
-    monkeypatch.setattr(entropy, "choose_block", lambda values, t: 10)
+    monkeypatch.setattr(entropy, "choose_block", lambda values, t, counts=None: 10)
     t, x = Field(bits), values("bell", (9 << 10) + 300, bits, seed=15)
     stream = Ans().encode(x, t)
     assert stream[0] == 10
@@ -517,7 +579,7 @@ def test_narrow_offsets_keep_their_loads_inside_the_stream(bits, block_log, monk
     that may not be read. Whole, they decode to their values; damaged or
     cut, as the Python decoder does, and nothing past them is read."""
     monkeypatch.setattr(entropy, "WIDE_MIN", 1 << 30)
-    monkeypatch.setattr(entropy, "choose_block", lambda values, t: block_log)
+    monkeypatch.setattr(entropy, "choose_block", lambda values, t, counts=None: block_log)
     t = Field(bits)
     xs = [values("clusters", n, bits, seed=n) for n in (5000, 3000, 9000, 2600, 7000, 4100, 6000, 3300, 8000)]
     streams = [Ans().encode(x, t) for x in xs]
@@ -571,7 +633,7 @@ def narrow_streams(bits_list, sizes, monkeypatch):
     sizes, fields cycling through bits_list; the longest in blocks of 2**12."""
     monkeypatch.setattr(entropy, "WIDE_MIN", 1 << 30)
     blocked = entropy.choose_block
-    monkeypatch.setattr(entropy, "choose_block", lambda v, t: 12 if len(v) >= 30000 else blocked(v, t))
+    monkeypatch.setattr(entropy, "choose_block", lambda v, t, counts=None: 12 if len(v) >= 30000 else blocked(v, t, counts))
     out = []
     for j, n in enumerate(sizes):
         bits = bits_list[j % len(bits_list)]
