@@ -403,9 +403,8 @@ class Ans(Coder):
         if choose_block(x, t):  # a model per block: measured by coding it (a sample slice is rarely this long)
             return super().estimate(x, t)
         factor = max(1.0, factor)
-        codes, _, levels, bits, _ = _rans.trie_values(x, _width(t), shift, t.bits - shift,
-                                                       BIN_COST / factor, NODE_COST / factor)
-        bins, nodes = len(levels), len(codes) - len(levels)
+        bins, codes, bits = _rans.trie_cost(x, _width(t), shift, t.bits - shift, BIN_COST / factor, NODE_COST / factor)
+        nodes = codes - bins
         states = 4 * lanes_for(int(n * factor), 0)
         model_bits = BIN_COST * bins + NODE_COST * nodes
         model = model_bits / 8 + states + 4

@@ -181,6 +181,25 @@ def test_the_c_trie_counts_as_numpy_does(width, shift, key_bits):
                               np.add.reduceat(counts, [b[0] for b in bins])[:len(bins)])
 
 
+@pytest.mark.parametrize("width,shift,key_bits", [(1, 0, 8), (1, 0, 5), (2, 0, 16), (4, 16, 16)])
+def test_the_tries_cost_is_the_cost_of_the_trie_it_counts(width, shift, key_bits):
+    """trie_cost: trie_values' bins, codes and bits, counted up the levels
+    instead of walking the trie (near-distinct keys, a few, one, none)."""
+    rng = np.random.default_rng(width + key_bits)
+    top = (1 << (8 * width)) - 1
+    cases = [np.zeros(0, f"<u{width}"), np.full(100, top & 0x1234_5678 & ~((1 << shift) - 1) & (
+        (1 << (shift + key_bits)) - 1), f"<u{width}")]
+    for n in (1, 7, 2048, 70_000):
+        cases.append(rng.integers(0, 1 << (shift + key_bits), n).astype(f"<u{width}"))
+        spread = np.abs(rng.normal(0, 30, n)).astype(np.int64) % (1 << key_bits)
+        cases.append((spread << shift).astype(f"<u{width}"))
+    for x in cases:
+        for factor in (1.0, 5.5, 300.0):
+            costs = (entropy.BIN_COST / factor, entropy.NODE_COST / factor)
+            codes, _, levels, bits, _ = entropy._rans.trie_values(x, width, shift, key_bits, *costs)
+            assert entropy._rans.trie_cost(x, width, shift, key_bits, *costs) == (len(levels), len(codes), bits)
+
+
 def test_blocks_coded_one_after_another_do_not_share_their_bins(monkeypatch):
     """encode_block keeps a key -> bin table between calls (and clears the
     keys it used): a block whose keys the one before never had, or had in
