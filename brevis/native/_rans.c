@@ -1838,23 +1838,15 @@ typedef struct {
     double cost;
 } trie_t;
 
-/* The trie into the arena (valid until the next call; the GIL held); -1
- * when out of memory. `summary`: only its cost, bins and codes counted
- * (t->nbins, t->ncodes; no codes, firsts, levels nor counts): each node
- * carries its best subtree's bins and splits up the levels instead of a
- * walk of the trie afterwards (a pre-order walk writes 2 * splits + 1
- * codes: every split has two children, a bin, a split or an empty half),
- * which took most of a trie of a sample of near-distinct keys (an F32
- * weight's top 16 bits: 19,000 codes for 2,048 values). */
+/* The trie into the arena (valid until the next call; the GIL held); -1 when out of memory. */
 static int trie_core(const uint32_t *in_ids, const int64_t *in_cnts, Py_ssize_t d0, int key_bits,
-                     double bin_cost, double node_cost, trie_t *t, int summary) {
+                     double bin_cost, double node_cost, trie_t *t) {
     Py_ssize_t d = d0 ? d0 : 1;
     int levels_n = key_bits + 1;
     /* Per level L, at [L * d, L * d + size[L]): id, count, best, split, first
-     * child (a summary: its best subtree's bins and splits). One arena kept
-     * between calls (the GIL is held throughout): the search asks for
-     * thousands of tries, and fresh pages cost more than the work. */
-    size_t need = (size_t)d * levels_n * (4 + 8 + 8 + 1 + 4 + 4 + 8) + (size_t)d * 14 + 64 * (size_t)levels_n + 64;
+     * child. One arena kept between calls (the GIL is held throughout): the
+     * search asks for thousands of tries, and fresh pages cost more than the work. */
+    size_t need = (size_t)d * levels_n * (4 + 8 + 8 + 1 + 4 + 4) + (size_t)d * 14 + 64 * (size_t)levels_n + 64;
     if (need > trie_arena_size) {
         void *grown = PyMem_Realloc(trie_arena, need);
         if (!grown) return -1;
@@ -1873,13 +1865,9 @@ static int trie_core(const uint32_t *in_ids, const int64_t *in_cnts, Py_ssize_t 
     uint8_t *split = arena; arena += cells;
     uint8_t *levels = arena; arena += d;
     int64_t *bin_counts = (int64_t *)(((uintptr_t)arena + 7) & ~(uintptr_t)7);
-    arena = (uint8_t *)(bin_counts + d);
-    uint32_t *nbins_of = (uint32_t *)arena; arena += 4 * cells;
-    uint32_t *nsplits_of = (uint32_t *)arena;
     for (Py_ssize_t k = 0; k < d0; k++) {
         id[k] = in_ids[k]; cnt[k] = in_cnts[k]; split[k] = 0; child[k] = 0;
         best[k] = bin_cost - xlogx(in_cnts[k]);
-        if (summary) { nbins_of[k] = 1; nsplits_of[k] = 0; }
     }
     size[0] = d0;
     for (int level = 1; level < levels_n; level++) {
@@ -1893,25 +1881,12 @@ static int trie_core(const uint32_t *in_ids, const int64_t *in_cnts, Py_ssize_t 
             id[up + m] = parent; cnt[up + m] = c; child[up + m] = (uint32_t)i;
             split[up + m] = halves < leaf;
             best[up + m] = halves < leaf ? halves : leaf;
-            if (summary) {
-                int halved = halves < leaf;
-                nbins_of[up + m] = halved ? nbins_of[lo + i] + (two ? nbins_of[lo + i + 1] : 0) : 1;
-                nsplits_of[up + m] = halved ? 1 + nsplits_of[lo + i] + (two ? nsplits_of[lo + i + 1] : 0) : 0;
-            }
             m++;
             i += two ? 2 : 1;
         }
         size[level] = m;
     }
     double cost = size[key_bits] ? best[(Py_ssize_t)key_bits * d] : node_cost;
-    if (summary) {
-        Py_ssize_t root = (Py_ssize_t)key_bits * d;
-        t->codes = NULL; t->firsts = NULL; t->levels = NULL; t->counts = NULL;
-        t->nbins = size[key_bits] ? nbins_of[root] : 0;
-        t->ncodes = size[key_bits] ? 2 * (Py_ssize_t)nsplits_of[root] + 1 : 1;
-        t->cost = cost;
-        return 0;
-    }
     /* Pre-order walk, lower half first: a stack of (level, index or -1, node). */
     Py_ssize_t ncodes = 0, nbins = 0, top = 0;
     stack[top++] = key_bits; stack[top++] = size[key_bits] ? 0 : -1; stack[top++] = 0;
@@ -1942,10 +1917,59 @@ static int trie_core(const uint32_t *in_ids, const int64_t *in_cnts, Py_ssize_t 
     return 0;
 }
 
+/* Of trie_core's trie, only its cost and how many bins and codes it has,
+ * in place: a level's nodes overwrite the level below (node m of a level
+ * is made from nodes m.. of the one below, read before), each carrying its
+ * best subtree's bins and splits (a pre-order walk writes 2 * splits + 1
+ * codes: every split has two children, a bin, a split or an empty half).
+ * The same steps and doubles as trie_core, in one level's space instead
+ * of every level's and without the walk: a sample of 16-bit fields of
+ * 20,000 distinct keys had trie_core write 12 MB, past the caches. */
+static int trie_summary(const uint32_t *in_ids, const int64_t *in_cnts, Py_ssize_t d0, int key_bits,
+                        double bin_cost, double node_cost, trie_t *t) {
+    Py_ssize_t d = d0 ? d0 : 1;
+    size_t need = (size_t)d * (4 + 8 + 8 + 4 + 4) + 64;
+    if (need > trie_arena_size) {
+        void *grown = PyMem_Realloc(trie_arena, need);
+        if (!grown) return -1;
+        trie_arena = grown; trie_arena_size = need;
+    }
+    int64_t *cnt = (int64_t *)trie_arena;
+    double *best = (double *)(cnt + d);
+    uint32_t *id = (uint32_t *)(best + d), *bins = id + d, *splits = bins + d;
+    for (Py_ssize_t k = 0; k < d0; k++) {
+        id[k] = in_ids[k]; cnt[k] = in_cnts[k]; bins[k] = 1; splits[k] = 0;
+        best[k] = bin_cost - xlogx(in_cnts[k]);
+    }
+    Py_ssize_t size = d0;
+    for (int level = 1; level <= key_bits; level++) {
+        Py_ssize_t m = 0;
+        for (Py_ssize_t i = 0; i < size;) {
+            uint32_t parent = id[i] >> 1;
+            int two = i + 1 < size && (id[i + 1] >> 1) == parent;
+            int64_t c = cnt[i] + (two ? cnt[i + 1] : 0);
+            double halves = best[i] + (two ? best[i + 1] : node_cost) + node_cost;
+            double leaf = (double)c * level - xlogx(c) + bin_cost;
+            int halved = halves < leaf;
+            uint32_t b = halved ? bins[i] + (two ? bins[i + 1] : 0) : 1;
+            uint32_t sp = halved ? 1 + splits[i] + (two ? splits[i + 1] : 0) : 0;
+            id[m] = parent; cnt[m] = c; best[m] = halved ? halves : leaf; bins[m] = b; splits[m] = sp;
+            m++;
+            i += two ? 2 : 1;
+        }
+        size = m;
+    }
+    t->codes = NULL; t->firsts = NULL; t->levels = NULL; t->counts = NULL;
+    t->cost = size ? best[0] : node_cost;
+    t->nbins = size ? bins[0] : 0;
+    t->ncodes = size ? 2 * (Py_ssize_t)splits[0] + 1 : 1;
+    return 0;
+}
+
 static PyObject *build_trie(const uint32_t *in_ids, const int64_t *in_cnts, Py_ssize_t d0, int key_bits,
                             double bin_cost, double node_cost) {
     trie_t t;
-    if (trie_core(in_ids, in_cnts, d0, key_bits, bin_cost, node_cost, &t, 0) < 0) return PyErr_NoMemory();
+    if (trie_core(in_ids, in_cnts, d0, key_bits, bin_cost, node_cost, &t) < 0) return PyErr_NoMemory();
     return Py_BuildValue("(y#y#y#dy#)", (const char *)t.codes, t.ncodes, (const char *)t.firsts, t.nbins * 4,
                          (const char *)t.levels, t.nbins, t.cost, (const char *)t.counts, t.nbins * 8);
 }
@@ -2093,7 +2117,7 @@ static PyObject *rans_trie_cost(PyObject *self, PyObject *args) {
         return NULL;
     }
     trie_t t;
-    if (trie_core(key_ids, key_cnts, d, key_bits, bin_cost, node_cost, &t, 1) < 0) return PyErr_NoMemory();
+    if (trie_summary(key_ids, key_cnts, d, key_bits, bin_cost, node_cost, &t) < 0) return PyErr_NoMemory();
     return Py_BuildValue("(nnd)", t.nbins, t.ncodes, t.cost);
 }
 
@@ -2186,7 +2210,7 @@ static PyObject *rans_encode_block(PyObject *self, PyObject *args) {
         if (d < 0) { PyErr_SetString(PyExc_ValueError, "a key is out of range"); goto done; }
     }
     trie_t t;
-    if (trie_core(key_ids, key_cnts, d, key_bits, bin_cost, node_cost, &t, 0) < 0) { PyErr_NoMemory(); goto done; }
+    if (trie_core(key_ids, key_cnts, d, key_bits, bin_cost, node_cost, &t) < 0) { PyErr_NoMemory(); goto done; }
     Py_ssize_t bins = t.nbins;
     /* precision(n, bins) */
     int P = bit_length((uint64_t)n) + 1;
