@@ -200,6 +200,15 @@ class Partition(Operator):
         context, rest = _split(x, self._groups())
         table = self._class_table(sum(w for _, w in self._config["context"]))
         k = len(self._config["classes"]) + 1
+        if _layout is not None and rest.dtype.itemsize in (1, 2, 4, 8):
+            # In C: each element's class, then every class's elements in one
+            # pass (easyocr's compression spent 8 % in the loops below).
+            context, rest = np.ascontiguousarray(context), np.ascontiguousarray(rest)
+            cls = np.empty(len(x), np.uint8)
+            totals = _layout.classify(context, table, cls)
+            subs = [np.empty(totals[j], rest.dtype) for j in range(k)]
+            _layout.split_classes(cls, rest, subs)
+            return [context] + subs
         pieces: list[list[np.ndarray]] = [[] for _ in range(k)]
         for i in range(0, len(x), BLOCK):
             cls = np.take(table, context[i:i + BLOCK])

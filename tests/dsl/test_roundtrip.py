@@ -853,10 +853,18 @@ def test_pack_bits_layout(bits, n):
 
 @pytest.mark.parametrize("classes", [[[0], [3, 5], [7]], [[0], [3], [7]], [], [[v] for v in range(0, 40, 2)]],
                          ids=["few", "singletons", "none", "many"])
-def test_partition_across_blocks(classes):
+@pytest.mark.parametrize("native", [True, False], ids=["c", "numpy"])
+def test_partition_across_blocks(classes, native, monkeypatch):
     """Sub-streams are each class's elements in order, however the chunk is cut into
-    blocks internally (few classes, one value per class, and many take different paths)."""
+    blocks internally (few classes, one value per class, and many take different paths),
+    split in C (classify, split_classes) or by numpy."""
+    from brevis.dsl import symbols
     from brevis.dsl.symbols import BLOCK
+
+    if not native:
+        monkeypatch.setattr(symbols, "_layout", None)
+    elif symbols._layout is None:
+        pytest.skip("the C extension is not built")
 
     t = tensor(DTYPES["F32"])
     n = 3 * BLOCK + 17

@@ -148,6 +148,38 @@ def test_classify_counts_and_refuses_values_past_the_table():
         delta._layout.classify(np.array([0, 4], np.uint16), table, np.empty(2, np.uint8))
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
+@pytest.mark.parametrize("k", [1, 3, 256])
+def test_split_classes_gives_each_class_its_elements_in_order(dtype, k):
+    rng = np.random.default_rng(k)
+    for n in (0, 1, 1000):
+        cls = rng.integers(0, k, n).astype(np.uint8)
+        src = rng.integers(0, np.iinfo(dtype).max, n, dtype=np.uint64, endpoint=True).astype(dtype)
+        parts = [np.empty(int(np.count_nonzero(cls == j)), dtype) for j in range(k)]
+        delta._layout.split_classes(cls, src, parts)
+        for j in range(k):
+            assert np.array_equal(parts[j], src[cls == j])
+
+
+def test_split_classes_refuses_parts_that_do_not_match_the_classes():
+    cls = np.array([0, 1, 1, 0, 2], np.uint8)
+    src = np.arange(5, dtype=np.uint32)
+    sizes = [2, 2, 1]
+    for wrong in ([2, 2], [2, 1, 1], [2, 2, 2], [3, 2, 1]):
+        with pytest.raises(ValueError):
+            delta._layout.split_classes(cls, src, [np.empty(m, np.uint32) for m in wrong])
+    with pytest.raises(ValueError):  # parts of another item size
+        delta._layout.split_classes(cls, src, [np.empty(m, np.uint16) for m in sizes])
+    with pytest.raises(ValueError):  # a class for every element
+        delta._layout.split_classes(cls[:4], src, [np.empty(m, np.uint32) for m in sizes])
+    with pytest.raises(ValueError):
+        delta._layout.split_classes(cls, src, [])
+    frozen = [np.empty(m, np.uint32) for m in sizes]
+    frozen[1].flags.writeable = False
+    with pytest.raises((ValueError, BufferError, TypeError)):
+        delta._layout.split_classes(cls, src, frozen)
+
+
 # scatter_join: the partition's scatter and joins at once. Ranges from the word's
 # high bits down take the BMI2 deposit kernels (in the widths floats have), or,
 # with AVX-512 (and VBMI2 for 16-bit words) and at most 16 classes, the expand
