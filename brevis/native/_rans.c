@@ -2026,13 +2026,18 @@ static Py_ssize_t count_keys(const void *values, Py_ssize_t n, int width, int sh
         else if (width == 2) COUNT4(uint16_t, shift)
         else COUNT4(uint32_t, shift)
 #undef COUNT4
-        for (Py_ssize_t k = 0; k < keys; k++) {
-            uint64_t c = (uint64_t)h[k] + h[(1 << 16) + k] + h[(2 << 16) + k] + h[(3 << 16) + k];
-            if (c) {
-                key_ids[d] = (uint32_t)k; key_cnts[d++] = (int64_t)c;
-                h[k] = h[(1 << 16) + k] = h[(2 << 16) + k] = h[(3 << 16) + k] = 0;
+        if (ways == 1)  /* (the other three are zero: 768 KiB not read again) */
+            for (Py_ssize_t k = 0; k < keys; k++) {
+                if (h[k]) { key_ids[d] = (uint32_t)k; key_cnts[d++] = h[k]; h[k] = 0; }
             }
-        }
+        else
+            for (Py_ssize_t k = 0; k < keys; k++) {
+                uint64_t c = (uint64_t)h[k] + h[(1 << 16) + k] + h[(2 << 16) + k] + h[(3 << 16) + k];
+                if (c) {
+                    key_ids[d] = (uint32_t)k; key_cnts[d++] = (int64_t)c;
+                    h[k] = h[(1 << 16) + k] = h[(2 << 16) + k] = h[(3 << 16) + k] = 0;
+                }
+            }
         return d;
     }
     int bad = 0;
