@@ -8,10 +8,12 @@ their own sub-stream, ...). Whether it pays is for the search to measure.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
 import numpy as np
+from xxhash import xxh3_128_digest
 
 from ..dsl import (Ans, Affine, BitFields, BytePlanes, Records, SubBase, XorBase, Constant, Delta, Field, FloatFields, LowZeroBits, PackBits,
                    Partition, Rank, Raw, RowDedup, Sparse, Tensor, Transpose, View, XorDelta, ZigZag, Zstd)
@@ -112,9 +114,33 @@ def _entropy_bits(symbols: np.ndarray) -> float:
     """Order-0 entropy of a sample in bits, with the Miller-Madow small-sample correction."""
     n = len(symbols)
     if _rans is not None and symbols.dtype in (np.uint8, np.uint16):
-        total, distinct = _rans.counts(np.ascontiguousarray(symbols), symbols.itemsize)
+        total, distinct = _symbol_counts(np.ascontiguousarray(symbols))
         return n * np.log2(n) - total + (distinct - 1) / (2 * np.log(2))
     return _counts_bits(np.bincount(symbols))
+
+
+COUNTS_MEMO_ENTRIES = 1024  # the most recent (sum c log2 c, distinct) kept
+COUNTS_MEMO_MIN = 4096  # symbols; fewer are counted again (their digest costs about as much)
+_counts_memo: dict[tuple, tuple[float, int]] = {}
+_counts_lock = threading.Lock()  # planning threads share the memo
+
+
+def _symbol_counts(symbols: np.ndarray) -> tuple[float, int]:
+    """_rans.counts of 8 or 16-bit symbols, from a memo of their digests:
+    the search counts the same symbols reached by two paths (a field and
+    a byte plane, a float's top bits, a sibling's), 39 % of ppocr's counts."""
+    if len(symbols) < COUNTS_MEMO_MIN:
+        return _rans.counts(symbols, symbols.itemsize)
+    key = (symbols.itemsize, len(symbols), xxh3_128_digest(symbols))
+    with _counts_lock:
+        found = _counts_memo.get(key)
+    if found is None:
+        found = _rans.counts(symbols, symbols.itemsize)
+        with _counts_lock:
+            _counts_memo[key] = found
+            if len(_counts_memo) > COUNTS_MEMO_ENTRIES:
+                del _counts_memo[next(iter(_counts_memo))]  # the oldest: dicts keep insertion order
+    return found
 
 
 def low_zeros(x: np.ndarray) -> int:

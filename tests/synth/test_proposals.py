@@ -133,3 +133,28 @@ def test_the_rank_proposals_test_is_the_sum_of_the_largest_counts():
     for n in (1, 255, 256, 5000):
         counts = rng.integers(1, 50, n)
         assert _top_sum(counts, 255) == int(counts[np.argsort(-counts, kind="stable")[:255]].sum())
+
+
+def test_entropy_from_the_counts_memo_is_the_entropy_counted():
+    """_entropy_bits of symbols counted before (the memo of their digests)
+    is what counting them gives; symbols of the same length and itemsize
+    that differ are counted anew."""
+    from brevis.synth import proposals as p
+
+    if p._rans is None:
+        pytest.skip("the C extension is not built")
+    rng = np.random.default_rng(8)
+    p._counts_memo.clear()
+    samples = [rng.integers(0, 300, 10_000).astype(np.uint16), rng.integers(0, 3, 10_000).astype(np.uint16),
+               rng.integers(0, 256, 10_000).astype(np.uint8), rng.integers(0, 9, 100).astype(np.uint8)]
+    counted = []
+    for x in samples:
+        total, distinct = p._rans.counts(x, x.itemsize)
+        counted.append(len(x) * np.log2(len(x)) - total + (distinct - 1) / (2 * np.log(2)))
+    for _ in range(2):  # the second time from the memo
+        assert [p._entropy_bits(x) for x in samples] == counted
+    assert len(p._counts_memo) == 3  # the short sample counted each time
+    for other in (samples[0][::-1].copy(), samples[1] + np.uint16(1)):  # (the sum's order is the symbols')
+        total, distinct = p._rans.counts(other, 2)
+        assert p._entropy_bits(other) == len(other) * np.log2(len(other)) - total + (distinct - 1) / (2 * np.log(2))
+    assert len(p._counts_memo) == 5
