@@ -855,3 +855,53 @@ def test_a_sample_estimates_its_chunk_as_the_chunk_codes():
         chunked = (length - model) * factor + model
         assert abs(chunked - actual) < abs(plain - actual), (spread, actual, plain, chunked)
         assert Ans().estimate(sample, Field(8), 1) == Ans().estimate(sample, Field(8))
+
+
+def test_block_bits_in_c_are_numpys_doubles():
+    """choose_block's bits per block size from one C call (numpy's pairwise
+    sums emulated, the padding's rows skipped) are the doubles numpy's
+    takes and sums give, to the bit: the choice, and so the archive, is
+    the same either way (choose_block checks this once before using it)."""
+    rng = np.random.default_rng(21)
+    xlogx = entropy._xlogx(1 << entropy.BLOCK_LOGS[-1])
+    fine = entropy.BLOCK_LOGS[0]
+    group = 1 << (entropy.BLOCK_LOGS[-1] - fine)
+    assert entropy._c_block_bits_agree()
+    for case in range(600):
+        rows = int(rng.integers(3, 200))
+        padded = -(-rows // group) * group
+        hist = np.zeros((padded, 256), np.int64)
+        keys = int(rng.integers(1, 257))
+        spread = float(rng.choice([0.01, 0.5, 3.0]))
+        hist[:rows, :keys] = rng.multinomial(1 << fine, rng.dirichlet(np.full(keys, spread)), size=rows)
+        if case % 3 == 0:
+            hist[rows - 1] //= 5  # a last block cut short
+        expected = tuple(entropy._block_bits_numpy(hist, xlogx, fine))
+        assert entropy._block_bits_c(hist, xlogx, fine, rows) == expected
+        assert entropy._block_bits_c(hist, xlogx, fine) == expected
+    hist = np.zeros((16, 256), np.int64)
+    hist[:3, 7] = 4096
+    with pytest.raises(ValueError):  # counts in the rows said to be padding
+        entropy._block_bits_c(hist, xlogx, fine, 2)
+    with pytest.raises(ValueError):  # not a whole number of the coarsest blocks
+        entropy._block_bits_c(hist[:15], xlogx, fine, 3)
+    with pytest.raises(ValueError):  # a count past the table
+        entropy._block_bits_c(hist, xlogx[:100], fine, 3)
+
+
+def test_choose_block_decides_as_numpy_does(monkeypatch):
+    """The same choices with the bits from C and from numpy, on values that
+    call for each block size (and on the ties a single block makes: its
+    bits equal the whole value's, to the rounding)."""
+    rng = np.random.default_rng(4)
+    cases = []
+    for n in (8193, 16_384, 40_000, 65_536, 300_000):
+        for scales in ([1.0], [1.0, 30.0], [1.0, 5.0, 200.0, 2.0]):
+            reps = -(-n // len(scales))
+            x = np.abs(rng.normal(0, 1, n)) * np.repeat(scales, reps)[:n]
+            cases.append(np.minimum(x * 300, 65535).astype(np.uint16))
+    t = Field(16)
+    in_c = [entropy.choose_block(x, t) for x in cases]
+    monkeypatch.setattr(entropy, "_C_BLOCK_BITS", False)
+    assert [entropy.choose_block(x, t) for x in cases] == in_c
+    assert len(set(in_c)) > 1
