@@ -158,3 +158,20 @@ def test_entropy_from_the_counts_memo_is_the_entropy_counted():
         total, distinct = p._rans.counts(other, 2)
         assert p._entropy_bits(other) == len(other) * np.log2(len(other)) - total + (distinct - 1) / (2 * np.log(2))
     assert len(p._counts_memo) == 5
+
+
+def test_row_heads_never_tell_equal_rows_apart():
+    """_row_heads: one key a row, equal for equal rows (so the distinct
+    heads are at most the distinct rows, and as many heads as the row
+    dedup proposal's limit settle it); rows of any width."""
+    from brevis.synth.proposals import _distinct, _row_heads
+
+    rng = np.random.default_rng(6)
+    for dtype, width in ((np.uint8, 3), (np.uint16, 8), (np.uint32, 4), (np.uint32, 768)):
+        base = rng.integers(0, 1 << 16, (50, width)).astype(dtype)
+        rows = base[rng.integers(0, 50, 200)]
+        heads = _row_heads(rows)
+        assert len(heads) == len(rows)
+        same = (rows[:, None, :] == rows[None, :, :]).all(axis=2)
+        assert np.all(heads[:, None] == heads[None, :], where=same)
+        assert _distinct(heads) <= _distinct(np.ascontiguousarray(rows).view(np.dtype((np.void, width * rows.itemsize))))
