@@ -17,22 +17,26 @@ pytestmark = pytest.mark.skipif(delta._layout is None, reason="the C extension i
 @pytest.mark.parametrize("rows,cols", [(0, 5), (1, 1), (1, 40), (3, 7), (33, 65), (1000, 517),
                                        (1024, 45), (1536, 70), (128, 3),  # through the tile buffer
                                        (2, 77), (3, 1000),  # two or three rows woven
-                                       (8, 8), (16, 9), (9, 16), (768, 682), (512, 33)])  # 8 x 8 blocks, edges
+                                       (8, 8), (16, 9), (9, 16), (768, 682), (512, 33),  # 8 x 8 blocks, edges
+                                       (1001, 2), (4099, 3), (517, 4), (300, 5), (70, 6), (33, 7), (129, 8)])  # columns taken out
 def test_tiled_transpose_is_numpys(dtype, rows, cols):
     x = np.random.default_rng(rows * cols).integers(0, 255, rows * cols).astype(dtype)
     assert np.array_equal(delta._transposed(x, rows, cols), x.reshape(rows, cols).T.reshape(-1))
 
 
-@pytest.mark.parametrize("rows,cols", [(768, 682), (1536, 70), (37, 41)])
-def test_two_byte_transpose_at_any_alignment(rows, cols):
-    """Two-byte items go through 8 x 8 register blocks: source and
-    destination at odd addresses read and write the same items."""
-    raw = np.random.default_rng(cols).integers(0, 256, 2 * rows * cols + 1, dtype=np.uint8)
+@pytest.mark.parametrize("rows,cols", [(768, 682), (1536, 70), (37, 41), (1001, 3), (513, 2), (77, 7)])
+@pytest.mark.parametrize("itemsize", [2, 4])
+def test_transpose_at_any_alignment(rows, cols, itemsize):
+    """Two-byte items go through 8 x 8 register blocks, two to eight columns
+    are taken out at a stride: source and destination at odd addresses
+    read and write the same items."""
+    size = itemsize * rows * cols
+    raw = np.random.default_rng(cols).integers(0, 256, size + 1, dtype=np.uint8)
     src = raw[1:]
-    out = np.zeros(2 * rows * cols + 3, np.uint8)[3:]
-    delta._layout.transpose(src, rows, cols, 2, out)
-    want = src.view("<u2").reshape(rows, cols).T.reshape(-1)
-    assert np.array_equal(out.view("<u2"), want)
+    out = np.zeros(size + 3, np.uint8)[3:]
+    delta._layout.transpose(src, rows, cols, itemsize, out)
+    want = src.view(f"<u{itemsize}").reshape(rows, cols).T.reshape(-1)
+    assert np.array_equal(out.view(f"<u{itemsize}"), want)
 
 
 def test_bad_arguments_are_refused():
