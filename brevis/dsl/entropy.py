@@ -350,11 +350,10 @@ def _block_bits_numpy(hist: np.ndarray, xlogx: np.ndarray, fine: int, live: int 
     return out
 
 
-def _block_bits_c(hist: np.ndarray, xlogx: np.ndarray, fine: int, live: int | None = None) -> list[float]:
+def _block_bits_c(hist: np.ndarray, xlogx: np.ndarray, fine: int, live: int | None = None) -> tuple[float, ...]:
     """_block_bits_numpy's doubles in one C call (numpy's sums emulated:
-    _rans.block_bits), where the dozen numpy calls a block size took 64 us
-    of a choice on a sample slice of 16,384 values (the C 35 us, 12 where
-    it skips the padding's rows)."""
+    _rans.block_bits): on a sample slice of 16,384 values 10 us, where its
+    dozen numpy calls a block size took 58."""
     return _rans.block_bits(hist, xlogx, hist.shape[1], fine, BLOCK_LOGS, MODEL_BITS, len(hist) if live is None else live)
 
 
