@@ -2078,26 +2078,33 @@ static PyObject *rans_key_counts(PyObject *self, PyObject *args) {
     return Py_BuildValue("(y#y#)", (const char *)key_ids, d * 4, (const char *)key_cnts, d * 8);
 }
 
+/* The arguments trie_values and trie_cost share (values, width, shift,
+ * key_bits, bin_cost, node_cost), the values' keys counted into key_ids
+ * and key_cnts: how many, or -1 with an exception set. */
+static Py_ssize_t trie_keys(PyObject *args, const char *name, int *key_bits, double *bin_cost, double *node_cost) {
+    PyObject *obj;
+    int width, shift;
+    if (!PyArg_ParseTuple(args, "Oiiidd", &obj, &width, &shift, key_bits, bin_cost, node_cost)) return -1;
+    if ((width != 1 && width != 2 && width != 4) || shift < 0 || shift > 31 || *key_bits < 0 || *key_bits > 16) {
+        PyErr_Format(PyExc_ValueError, "bad %s arguments", name);
+        return -1;
+    }
+    buf_t b[1] = {{0}};
+    if (take(obj, &b[0], 0, "values") < 0) return -1;
+    Py_ssize_t d = count_keys(b[0].v.buf, b[0].v.len / width, width, shift, *key_bits);
+    release(b, 1);
+    if (d < 0) PyErr_SetString(PyExc_ValueError, "a key is out of range");
+    return d;
+}
+
 /* trie_values(values, width, shift, key_bits, bin_cost, node_cost): the
  * trie of the keys value >> shift, counted here (no 2^key_bits array
  * per call: a sample of a few thousand values touches a few thousand keys). */
 static PyObject *rans_trie_values(PyObject *self, PyObject *args) {
-    PyObject *obj;
-    int width, shift, key_bits;
+    int key_bits;
     double bin_cost, node_cost;
-    if (!PyArg_ParseTuple(args, "Oiiidd", &obj, &width, &shift, &key_bits, &bin_cost, &node_cost)) return NULL;
-    if ((width != 1 && width != 2 && width != 4) || shift < 0 || shift > 31 || key_bits < 0 || key_bits > 16) {
-        PyErr_SetString(PyExc_ValueError, "bad trie_values arguments");
-        return NULL;
-    }
-    buf_t b[1] = {{0}};
-    if (take(obj, &b[0], 0, "values") < 0) return NULL;
-    Py_ssize_t d = count_keys(b[0].v.buf, b[0].v.len / width, width, shift, key_bits);
-    release(b, 1);
-    if (d < 0) {
-        PyErr_SetString(PyExc_ValueError, "a key is out of range");
-        return NULL;
-    }
+    Py_ssize_t d = trie_keys(args, "trie_values", &key_bits, &bin_cost, &node_cost);
+    if (d < 0) return NULL;
     return build_trie(key_ids, key_cnts, d, key_bits, bin_cost, node_cost);
 }
 
@@ -2105,22 +2112,10 @@ static PyObject *rans_trie_values(PyObject *self, PyObject *args) {
  * (bins, codes, bits): of trie_values' trie, the number of bins, of codes
  * and its cost, without the trie itself (the search's estimates ask no more). */
 static PyObject *rans_trie_cost(PyObject *self, PyObject *args) {
-    PyObject *obj;
-    int width, shift, key_bits;
+    int key_bits;
     double bin_cost, node_cost;
-    if (!PyArg_ParseTuple(args, "Oiiidd", &obj, &width, &shift, &key_bits, &bin_cost, &node_cost)) return NULL;
-    if ((width != 1 && width != 2 && width != 4) || shift < 0 || shift > 31 || key_bits < 0 || key_bits > 16) {
-        PyErr_SetString(PyExc_ValueError, "bad trie_cost arguments");
-        return NULL;
-    }
-    buf_t b[1] = {{0}};
-    if (take(obj, &b[0], 0, "values") < 0) return NULL;
-    Py_ssize_t d = count_keys(b[0].v.buf, b[0].v.len / width, width, shift, key_bits);
-    release(b, 1);
-    if (d < 0) {
-        PyErr_SetString(PyExc_ValueError, "a key is out of range");
-        return NULL;
-    }
+    Py_ssize_t d = trie_keys(args, "trie_cost", &key_bits, &bin_cost, &node_cost);
+    if (d < 0) return NULL;
     trie_t t;
     if (trie_summary(key_ids, key_cnts, d, key_bits, bin_cost, node_cost, &t) < 0) return PyErr_NoMemory();
     return Py_BuildValue("(nnd)", t.nbins, t.ncodes, t.cost);
