@@ -427,7 +427,12 @@ class Ans(Coder):
             return b""
         values = np.ascontiguousarray(x, dtype=f"<u{_width(t)}")
         counts: list = []  # each block's key counts, where choosing the blocks made them
-        block_log = choose_block(values, t, counts)
+        return self._encode_blocks(values, t, choose_block(values, t, counts), counts)
+
+    def _encode_blocks(self, values: np.ndarray, t: Field, block_log: int, counts: list) -> bytes:
+        """The stream of values (contiguous, of t's width) in blocks of
+        2**block_log (0: one), with the blocks' counts where choose_block
+        made them."""
         lanes = lanes_for(len(values), block_log)
         flag = WIDE if lanes == WIDE_LANES else 0
         if not block_log:
@@ -456,8 +461,11 @@ class Ans(Coder):
             return super().estimate(x, t)
         shift = max(0, t.bits - KEY_BITS)
         n, x = len(x), np.ascontiguousarray(x, dtype=f"<u{_width(t)}")
-        if choose_block(x, t):  # a model per block: measured by coding it (a sample slice is rarely this long)
-            return super().estimate(x, t)
+        counts: list = []
+        block_log = choose_block(x, t, counts)
+        if block_log:  # a model per block: measured by coding it (the choice made once), as Coder.estimate does
+            stream = self._encode_blocks(x, t, block_log, counts)
+            return len(stream), self.fixed_bytes(stream)
         factor = max(1.0, factor)
         bins, codes, bits = _rans.trie_cost(x, _width(t), shift, t.bits - shift, BIN_COST / factor, NODE_COST / factor)
         nodes = codes - bins
