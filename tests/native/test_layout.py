@@ -18,13 +18,14 @@ pytestmark = pytest.mark.skipif(delta._layout is None, reason="the C extension i
                                        (1024, 45), (1536, 70), (128, 3),  # through the tile buffer
                                        (2, 77), (3, 1000),  # two or three rows woven
                                        (8, 8), (16, 9), (9, 16), (768, 682), (512, 33),  # 8 x 8 blocks, edges
+                                       (100, 517), (1536, 40), (515, 1001), (7, 300), (1537, 20),  # bands of dst rows
                                        (1001, 2), (4099, 3), (517, 4), (300, 5), (70, 6), (33, 7), (129, 8)])  # columns taken out
 def test_tiled_transpose_is_numpys(dtype, rows, cols):
     x = np.random.default_rng(rows * cols).integers(0, 255, rows * cols).astype(dtype)
     assert np.array_equal(delta._transposed(x, rows, cols), x.reshape(rows, cols).T.reshape(-1))
 
 
-@pytest.mark.parametrize("rows,cols", [(768, 682), (1536, 70), (37, 41), (1001, 3), (513, 2), (77, 7)])
+@pytest.mark.parametrize("rows,cols", [(768, 682), (1536, 70), (515, 1001), (37, 41), (1001, 3), (513, 2), (77, 7)])
 @pytest.mark.parametrize("itemsize", [2, 4])
 def test_transpose_at_any_alignment(rows, cols, itemsize):
     """Two-byte items go through 8 x 8 register blocks, two to eight columns
