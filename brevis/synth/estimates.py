@@ -32,13 +32,20 @@ def leaf_estimate(coder: Coder, x: np.ndarray, t: Field) -> tuple[int, int]:
         return coder.estimate(x, t)
     x = np.ascontiguousarray(x)
     key = (coder, t, x.dtype.str, x.shape, xxh3_128_digest(x))
-    with _lock:
-        found = _memo.get(key)
-    if found is not None:
-        return found
-    found = coder.estimate(x, t)
-    with _lock:
-        _memo[key] = found
-        if len(_memo) > MEMO_ENTRIES:
-            del _memo[next(iter(_memo))]  # the oldest: dicts keep insertion order
+    return remembered(_memo, _lock, MEMO_ENTRIES, key, lambda: coder.estimate(x, t))
+
+
+def remembered(memo: dict, lock: threading.Lock, most: int, key, compute):
+    """compute(), or the value `memo` keeps under `key`: the `most` most
+    recent kept, the oldest dropped first (dicts keep insertion order).
+    `lock` guards the memo only: two threads may compute one key at once,
+    to the same value."""
+    with lock:
+        found = memo.get(key)
+    if found is None:
+        found = compute()
+        with lock:
+            memo[key] = found
+            if len(memo) > most:
+                del memo[next(iter(memo))]
     return found

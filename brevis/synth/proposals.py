@@ -21,6 +21,7 @@ from ..dsl.operator import Operator, Production
 from ..dsl.types import tensor
 from ..dsl.entropy import _rans
 from ..errors import ProgramError
+from .estimates import remembered
 
 MAX_DEPTH = 6
 SMALL_VALUE = 64  # elements per sample slice below which only coders are tried
@@ -132,15 +133,8 @@ def _symbol_counts(symbols: np.ndarray) -> tuple[float, int]:
     if len(symbols) < COUNTS_MEMO_MIN:
         return _rans.counts(symbols, symbols.itemsize)
     key = (symbols.itemsize, len(symbols), xxh3_128_digest(symbols))
-    with _counts_lock:
-        found = _counts_memo.get(key)
-    if found is None:
-        found = _rans.counts(symbols, symbols.itemsize)
-        with _counts_lock:
-            _counts_memo[key] = found
-            if len(_counts_memo) > COUNTS_MEMO_ENTRIES:
-                del _counts_memo[next(iter(_counts_memo))]  # the oldest: dicts keep insertion order
-    return found
+    return remembered(_counts_memo, _counts_lock, COUNTS_MEMO_ENTRIES, key,
+                      lambda: _rans.counts(symbols, symbols.itemsize))
 
 
 def low_zeros(x: np.ndarray) -> int:
