@@ -112,6 +112,10 @@ class ArchiveReader:
             if self._unchecked is not None:
                 self._unchecked(obj)
             index = Index.from_json(obj, HEADER_SIZE, self.footer.index_offset)
+            # Freed while collections are off, the JSON value's objects leave
+            # the young generation's count: the collection that follows
+            # scans the index's objects only, not theirs too.
+            del obj
             entries = count_entries(index)
             if entries > max_entries(self.size):
                 raise FormatError(f"index lists {entries} entries, more than an archive of {self.size} bytes "
