@@ -116,16 +116,27 @@ def unpack(archive, *, threads: int = 1, base=None, progress: Progress = None) -
 # EARLY_BYTES and at most EARLY_MOST. The thread costs its start and, while
 # it faults pages in, the memory map's lock. Measured, one-shot unpack at 2
 # threads, 50 runs each, interleaved: ppocr (28 MB, index 65 KB) mean
-# 32.61 -> 31.45 ms, p90 35.64 -> 33.01; below 8 MiB of output it did not
-# pay (medians of 13: silero, 5.8 MB, 6.69 -> 7.47; taesd, 7.9 MB, 10.27 ->
-# 10.43). It once waited for an index text of 32 KB too; on the AMD EPYC
-# (whose kernel sometimes zeroes pages far slower) that left out items
-# whose output is large and index small, which gain: 30 runs each,
-# interleaved, resemblyzer (17 MB, index 17 KB) mean 23.54 -> 19.40 ms,
-# median 20.06 -> 18.33; nudenet (12 MB) 14.72 -> 12.35, 12.02 -> 11.73;
-# deepfilternet (8.6 MB) 9.18 -> 9.01, 9.12 -> 8.95 (pocketnet, populated
-# either way: 24.62 -> 24.62).
-EARLY_BYTES = 8 << 20
+# 32.61 -> 31.45 ms, p90 35.64 -> 33.01. It once waited for an index text
+# of 32 KB too; on the AMD EPYC (whose kernel sometimes zeroes pages far
+# slower) that left out items whose output is large and index small, which
+# gain: 30 runs each, interleaved, resemblyzer (17 MB, index 17 KB) mean
+# 23.54 -> 19.40 ms, median 20.06 -> 18.33; nudenet (12 MB) 14.72 ->
+# 12.35, 12.02 -> 11.73; deepfilternet (8.6 MB) 9.18 -> 9.01, 9.12 -> 8.95.
+# Since the thread tells when huge pages come slowly, both while the index
+# is checked and, by a sample every few milliseconds, while the files
+# decode, and turns them off for the rest (heap.populate), from 4 MiB of
+# output rather than 8, in the files' order rather than the largest
+# first (2026-12-05, the Intel Xeon, benchmarks/ab.py against b4851b2, 12
+# fresh processes each, taking turns, mean / median ms): nomic 151.1 /
+# 124.0 -> 122.8 / 118.1, gemma3 207.8 / 207.9 -> 198.3 / 192.9, piper
+# 43.0 / 42.9 -> 40.3 / 40.2, pocketnet 14.0 / 13.9 -> 12.7 / 12.6, taesd
+# (7.9 MB) 9.6 / 9.7 -> 9.2 / 9.2, silero (5.8 MB) 6.1 / 6.0 -> 5.7 / 5.6;
+# the other eight items 0.978-1.017 of the mean (best of 12: 0.943-1.013).
+# In a stretch when the host gave huge pages slowly (ten runs each, fresh
+# processes taking turns, mean / median): nomic 220.9 / 193.1 -> 135.9 /
+# 115.7, astra 176.2 / 104.4 -> 111.0 / 103.9, easyocr 68.6 / 60.6 ->
+# 58.9 / 58.2.
+EARLY_BYTES = 4 << 20  # numpy's threshold for huge pages (HUGE_PAGE_ARRAY)
 EARLY_MOST = 1 << 30
 EARLY_FILES = 1 << 12
 
@@ -133,13 +144,14 @@ EARLY_FILES = 1 << 12
 class _EarlyBuffers:
     """unpack's output buffers made from the sizes of the index as parsed,
     before its checks, and faulted in while the index is checked
-    (heap.populate), on a core that would be idle; taken only where the
-    checked index has the same sizes (it always does, unless its checks
-    fail: then they are dropped)."""
+    (heap.populate), on a core that would be idle, in the files' order,
+    then watched while they are written; taken only where the checked
+    index has the same sizes (it always does, unless its checks fail: then
+    they are dropped)."""
 
     def __init__(self):
         self.buffers: list | None = None
-        self.stop = lambda: None
+        self.populating = populate([])
 
     def __call__(self, obj) -> None:
         files = obj.get("files") if type(obj) is dict else None
@@ -152,14 +164,18 @@ class _EarlyBuffers:
             self.buffers = _output_buffers(sizes)
         except MemoryError:  # address space refused: made once checked, if at all
             return
-        self.stop = populate(self.buffers)
+        self.populating = populate(self.buffers)
 
     def take(self, sizes: list[int]) -> list:
         """The buffers for the checked index's files."""
-        self.stop()
         if self.buffers is not None and [len(b) for b in self.buffers] == sizes:
+            self.populating.checked()
             return self.buffers
+        self.populating.stop()
         return _output_buffers(sizes)
+
+    def stop(self) -> None:
+        self.populating.stop()
 
 
 # numpy advises the memory of arrays of 4 MiB or more for huge pages; a

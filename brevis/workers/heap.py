@@ -14,9 +14,9 @@ is the same, the process returns that memory later or at exit.
 from __future__ import annotations
 
 import mmap
+import os
 import sys
 import threading
-from typing import Callable
 
 import numpy as np
 
@@ -74,40 +74,87 @@ def _advise_ready() -> bool:
     return _madvise is not False
 
 
-def populate(buffers: list[np.ndarray]) -> Callable[[], None]:
-    """Fault the buffers' pages in on a thread of their own (madvise
-    MADV_POPULATE_WRITE, the largest buffer first, POPULATE_STEP at a time,
-    each step without the GIL) until done or told to stop: the returned
-    function stops it and waits for the step under way. The kernel zeroes
-    each page it gives a process, about 0.35 ms a MB on this project's
-    machine; done while the calling thread checks an archive's index, it
-    is not done later by the threads that decode. A step's end waits for
-    the GIL, which the checks hold: about one step runs before they end.
-    Nothing where the kernel does not populate (before Linux 5.14, other
-    systems): the pages are faulted by their first write, as before."""
-    if not buffers or not _advise_ready():
-        return _nothing
-    stop = threading.Event()
+# A huge page's span (2 MiB) whose faults cost the populating thread more
+# CPU time than this, twice in a row: huge pages off for all of the
+# buffers not faulted yet (_layout.prefault). On this project's virtual
+# machines a span costs 0.22 ms where the host has backed the memory and
+# about 4.8 ms where it has not (the guest's first touch of it), the same
+# bytes in base pages 0.45 ms; the slow stretches come and go within a
+# run. While the buffers are written, one span is sampled every SAMPLE_NS:
+# 0.22 ms of a core in 5 ms where huge pages come fast.
+SLOW_SPAN_NS = 1_000_000
+SAMPLE_NS = 5_000_000
 
-    def run() -> None:
-        for b in sorted(buffers, key=len, reverse=True):
+
+class Populating:
+    """A thread faulting buffers in (populate): `checked()` once their
+    writes begin (the thread then only samples how fast huge pages come,
+    or, without the extension, stops), `stop()` once they are done or
+    dropped (it waits for the step under way); each may be called again."""
+
+    def __init__(self, buffers: list[np.ndarray]):
+        self._phase = np.zeros(1, np.uint8)  # prefault's: 0 ahead of the writes, 1 sampling, 2 stop
+        self._stop = threading.Event()
+        # Written to by stop(): prefault's sleep between samples ends at once.
+        self._wake = os.eventfd(0) if hasattr(os, "eventfd") and _layout is not None else -1
+        self._thread = threading.Thread(target=self._run, args=(buffers,), name="brevis-populate", daemon=True)
+        self._thread.start()
+
+    def _run(self, buffers: list[np.ndarray]) -> None:
+        if _layout is not None:
+            _layout.prefault(buffers, self._phase, SLOW_SPAN_NS, SAMPLE_NS, self._wake)
+            return
+        for b in buffers:
             at, end = b.ctypes.data, b.ctypes.data + len(b)
             at -= at % PAGE
-            while at < end and not stop.is_set():
+            while at < end and not self._stop.is_set():
                 n = min(POPULATE_STEP, end - at)
                 if _madvise(at, n):
                     return  # not supported (or no memory: the writes will fault)
                 at += n
 
-    worker = threading.Thread(target=run, name="brevis-populate", daemon=True)
-    worker.start()
+    def checked(self) -> None:
+        if self._phase[0] == 0:
+            self._phase[0] = 1
+        self._stop.set()
 
-    def halt() -> None:
-        stop.set()
-        worker.join()
+    def stop(self) -> None:
+        self._phase[0] = 2
+        self._stop.set()
+        if self._wake >= 0:
+            os.eventfd_write(self._wake, 1)
+        self._thread.join()
+        if self._wake >= 0:
+            os.close(self._wake)
+            self._wake = -1
 
-    return halt
+
+class NotPopulating:
+    """populate's answer where there is nothing to do."""
+
+    def checked(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
 
 
-def _nothing() -> None:
-    pass
+def populate(buffers: list[np.ndarray]) -> Populating | NotPopulating:
+    """Fault the buffers' pages in on a thread of their own (madvise
+    MADV_POPULATE_WRITE), in their order, each front to back (the order the
+    decoding threads write them in), until done or told (Populating). The
+    kernel zeroes each page it gives a process, about 0.1 ms a MB in huge
+    pages on this project's machine; done while the calling thread checks
+    an archive's index, it is not done later by the threads that decode.
+    With the extension (_layout.prefault) the run is one call without the
+    GIL, a huge page's span at a time, and while the buffers are written it
+    samples a span now and then from their end; where huge pages come
+    slowly (SLOW_SPAN_NS; numpy asks for them on arrays of 4 MiB or more)
+    it turns them off for all that is not faulted yet: the decoding
+    threads fault that in base pages. Without the extension, POPULATE_STEP
+    at a time until checked, as numpy asked. Nothing where the kernel does
+    not populate (before Linux 5.14, other systems): the pages are faulted
+    by their first write."""
+    if not buffers or not _advise_ready():
+        return NotPopulating()
+    return Populating(buffers)
