@@ -25,7 +25,7 @@ from ..fs.atomic import io_failure, make_temp, remove_stale
 from ..errors import FormatError, InvalidArgument, IOFailure, OutputExists
 from ..fs.atomic import move_new
 from ..fs.staging import check_inside, finish_stage, make_dirs, move_into_place, remove_tree, stage_parent
-from ..workers.heap import keep_freed_memory, populate
+from ..workers.heap import NotPopulating, keep_freed_memory, populate
 from .chunks import ChunkDecoder, Executing, IntoMemory, Progress, WriteInPlace, executing, on_threads, run_jobs
 
 
@@ -151,7 +151,7 @@ class _EarlyBuffers:
 
     def __init__(self):
         self.buffers: list | None = None
-        self.populating = populate([])
+        self.populating = NotPopulating()
 
     def __call__(self, obj) -> None:
         files = obj.get("files") if type(obj) is dict else None
