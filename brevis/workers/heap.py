@@ -96,7 +96,14 @@ class Populating:
         self._phase = np.zeros(1, np.uint8)  # prefault's: 0 ahead of the writes, 1 sampling, 2 stop
         self._stop = threading.Event()
         # Written to by stop(): prefault's sleep between samples ends at once.
-        self._wake = os.eventfd(0) if hasattr(os, "eventfd") and _layout is not None else -1
+        # Without one (no eventfd here, or no descriptor left), stop waits out
+        # the sleep under way (SAMPLE_NS at most).
+        self._wake = -1
+        if hasattr(os, "eventfd") and _layout is not None:
+            try:
+                self._wake = os.eventfd(0, os.EFD_CLOEXEC)
+            except OSError:
+                pass
         self._thread = threading.Thread(target=self._run, args=(buffers,), name="brevis-populate", daemon=True)
         self._thread.start()
 

@@ -138,3 +138,23 @@ def test_stop_wakes_the_sampling_thread(monkeypatch):
     assert p._wake == -1
     p.stop()  # again: nothing more
     assert not [t for t in threading.enumerate() if t.name == "brevis-populate"]
+
+
+def test_populating_without_a_descriptor_left(monkeypatch):
+    """No eventfd to be had (EMFILE): populating goes on without one, and
+    stop waits out the sleep under way instead of failing the unpack."""
+    _prefault_or_skip()
+    if not hasattr(heap.os, "eventfd"):
+        pytest.skip("no eventfd here")
+
+    def refuse(*a):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(heap.os, "eventfd", refuse)
+    monkeypatch.setattr(heap, "SAMPLE_NS", 1_000_000)
+    buf = np.full(8 << 20, 3, np.uint8)
+    p = heap.populate([buf])
+    assert p._wake == -1
+    p.checked()
+    p.stop()
+    assert np.all(buf == 3)
