@@ -93,8 +93,7 @@ class Populating:
     dropped (it waits for the step under way); each may be called again."""
 
     def __init__(self, buffers: list[np.ndarray]):
-        self._phase = np.zeros(1, np.uint8)  # prefault's: 0 ahead of the writes, 1 sampling, 2 stop
-        self._stop = threading.Event()
+        self._phase = np.zeros(1, np.uint8)  # 0 ahead of the writes, 1 sampling (prefault; else stopping), 2 stop
         # Written to by stop(): prefault's sleep between samples ends at once.
         # Without one (no eventfd here, or no descriptor left), stop waits out
         # the sleep under way (SAMPLE_NS at most).
@@ -114,7 +113,7 @@ class Populating:
         for b in buffers:
             at, end = b.ctypes.data, b.ctypes.data + len(b)
             at -= at % PAGE
-            while at < end and not self._stop.is_set():
+            while at < end and not self._phase[0]:
                 n = min(POPULATE_STEP, end - at)
                 if _madvise(at, n):
                     return  # not supported (or no memory: the writes will fault)
@@ -123,11 +122,9 @@ class Populating:
     def checked(self) -> None:
         if self._phase[0] == 0:
             self._phase[0] = 1
-        self._stop.set()
 
     def stop(self) -> None:
         self._phase[0] = 2
-        self._stop.set()
         if self._wake >= 0:
             os.eventfd_write(self._wake, 1)
         self._thread.join()
