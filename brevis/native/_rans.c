@@ -1828,7 +1828,7 @@ static inline double xlogx(int64_t c) {
 static int64_t key_counts[1 << 16];
 static uint32_t key_ids[1 << 16];
 static int64_t key_cnts[1 << 16];
-static uint32_t key_hist[4 << 16];  /* trie_values' four histograms, zero between calls */
+static uint32_t key_hist[4 << 16] __attribute__((aligned(64)));  /* trie_values' four histograms, zero between calls */
 static uint64_t key_bits_set[(1 << 16) / 64];  /* trie_values' occupied keys, zero between calls */
 
 /* The trie of brevis/dsl/entropy.py's trie_of_counts over d0 occupied keys
@@ -1991,6 +1991,12 @@ static PyObject *build_trie(const uint32_t *in_ids, const int64_t *in_cnts, Py_s
 }
 
 
+/* Whether any of 16 counts (64-byte aligned: key_hist's) is not zero. */
+static inline int any16(const uint32_t *h) {
+    const uint64_t *w = (const uint64_t *)h;
+    return (w[0] | w[1] | w[2] | w[3] | w[4] | w[5] | w[6] | w[7]) != 0;
+}
+
 /* The occupied keys (value >> shift, below 2^key_bits) of n values, in
  * increasing order, into key_ids and their counts into key_cnts (scratch:
  * the GIL held); how many, or -1 where a key is out of range. */
@@ -2042,16 +2048,28 @@ static Py_ssize_t count_keys(const void *values, Py_ssize_t n, int width, int sh
         else if (width == 2) COUNT4(uint16_t, shift)
         else COUNT4(uint32_t, shift)
 #undef COUNT4
+        /* The occupied keys, 16 at a time: a run of 16 empty ones is told
+         * by one OR of eight words and skipped (a float's top bits occupy a
+         * few runs of the 65,536: the key-by-key scan was about as long as
+         * the counting, on a sample of 65,536 F32 values). */
+        Py_ssize_t group = keys < 16 ? keys : 16;
         if (ways == 1)  /* (the other three are zero: 768 KiB not read again) */
-            for (Py_ssize_t k = 0; k < keys; k++) {
-                if (h[k]) { key_ids[d] = (uint32_t)k; key_cnts[d++] = h[k]; h[k] = 0; }
+            for (Py_ssize_t k0 = 0; k0 < keys; k0 += group) {
+                if (group == 16 && !any16(h + k0)) continue;
+                for (Py_ssize_t k = k0; k < k0 + group; k++)
+                    if (h[k]) { key_ids[d] = (uint32_t)k; key_cnts[d++] = h[k]; h[k] = 0; }
             }
         else
-            for (Py_ssize_t k = 0; k < keys; k++) {
-                uint64_t c = (uint64_t)h[k] + h[(1 << 16) + k] + h[(2 << 16) + k] + h[(3 << 16) + k];
-                if (c) {
-                    key_ids[d] = (uint32_t)k; key_cnts[d++] = (int64_t)c;
-                    h[k] = h[(1 << 16) + k] = h[(2 << 16) + k] = h[(3 << 16) + k] = 0;
+            for (Py_ssize_t k0 = 0; k0 < keys; k0 += group) {
+                if (group == 16 && !(any16(h + k0) | any16(h + (1 << 16) + k0) | any16(h + (2 << 16) + k0) |
+                                     any16(h + (3 << 16) + k0)))
+                    continue;
+                for (Py_ssize_t k = k0; k < k0 + group; k++) {
+                    uint64_t c = (uint64_t)h[k] + h[(1 << 16) + k] + h[(2 << 16) + k] + h[(3 << 16) + k];
+                    if (c) {
+                        key_ids[d] = (uint32_t)k; key_cnts[d++] = (int64_t)c;
+                        h[k] = h[(1 << 16) + k] = h[(2 << 16) + k] = h[(3 << 16) + k] = 0;
+                    }
                 }
             }
         return d;
