@@ -2074,12 +2074,21 @@ static Py_ssize_t count_keys(const void *values, Py_ssize_t n, int width, int sh
             }
         return d;
     }
+    /* Fewer values than keys: each key's bit set at every value, without
+     * a branch on whether it is the key's first (that branch mispredicted
+     * on every new key: 3 ns a value on an F16 sample of 32,768). */
     int bad = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint32_t key = load(values, width, i) >> shift;
-        if ((Py_ssize_t)key >= keys) { bad = 1; break; }
-        if (!key_counts[key]++) key_bits_set[key >> 6] |= (uint64_t)1 << (key & 63);
-    }
+#define COUNT_SET(T) { const T *v = values; \
+        for (Py_ssize_t i = 0; i < n; i++) { \
+            uint32_t key = (uint32_t)(v[i] >> shift); \
+            if ((Py_ssize_t)key >= keys) { bad = 1; break; } \
+            key_counts[key]++; \
+            key_bits_set[key >> 6] |= (uint64_t)1 << (key & 63); \
+        } }
+    if (width == 1) COUNT_SET(uint8_t)
+    else if (width == 2) COUNT_SET(uint16_t)
+    else COUNT_SET(uint32_t)
+#undef COUNT_SET
     /* The occupied keys in order from the bitmap: a word per 64 keys, where
      * a scan of every key cost 65 us per block of 4096 BF16 values (22 ns a
      * value) and a sort of the keys about as much. Left zero either way. */
