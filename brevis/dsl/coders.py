@@ -26,9 +26,14 @@ class Raw(Coder):
 
     id = "raw"
     params: dict = {}
+    remembered = False  # its estimate is a product
 
     def encode(self, x, t):
         return x.astype(t.container, copy=False).tobytes()
+
+    def estimate(self, x, t):
+        """encode's length without the copy: the values' words."""
+        return x.size * t.container.itemsize, 0
 
     def decode(self, data, n, t):
         _expect_length(data, n * t.container.itemsize, "raw stream")

@@ -207,6 +207,11 @@ class Operator(Production):
 class Coder(Production):
     """A leaf: one value in, the bytes of one stream out."""
 
+    # Whether the search keeps this coder's estimates in its memo of
+    # digests (synth/estimates.py): not where the estimate costs less
+    # than the digest.
+    remembered = True
+
     def accepts(self, t: Field) -> None:
         """ProgramError if this coder cannot code values of type t."""
 

@@ -28,7 +28,7 @@ _lock = threading.Lock()  # planning threads share the memo
 
 def leaf_estimate(coder: Coder, x: np.ndarray, t: Field) -> tuple[int, int]:
     """coder.estimate(x, t), from the memo where these values were estimated before."""
-    if x.nbytes < MEMO_MIN_BYTES:
+    if x.nbytes < MEMO_MIN_BYTES or not coder.remembered:
         return coder.estimate(x, t)
     x = np.ascontiguousarray(x)
     key = (coder, t, x.dtype.str, x.shape, xxh3_128_digest(x))

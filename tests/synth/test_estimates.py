@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from brevis.dsl import Ans, Zstd
+from brevis.dsl import Ans, Raw, Zstd
 from brevis.dsl.types import Field
 from brevis.synth import estimates
 from brevis.synth.estimates import leaf_estimate
@@ -47,3 +47,13 @@ def test_small_values_are_not_kept_and_the_memo_stays_bounded(monkeypatch):
     for k in range(5):
         leaf_estimate(Ans(), np.full(estimates.MEMO_MIN_BYTES, k, dtype=np.uint8), Field(8))
     assert len(estimates._memo) == 3
+
+
+def test_raw_estimates_its_length_without_coding_and_is_not_kept(monkeypatch):
+    """`raw`'s estimate is its stream's length (any container, a value cast
+    to a wider one too), not worth a digest: never in the memo."""
+    monkeypatch.setattr(estimates, "_memo", {})
+    for x, t in ((np.arange(9000, dtype=np.uint16), Field(16)), (np.arange(9000, dtype=np.uint8) % 7, Field(12)),
+                 (np.zeros(0, np.uint32), Field(32)), (np.arange(5000, dtype=np.uint64), Field(64))):
+        assert leaf_estimate(Raw(), x, t) == (len(Raw().encode(x, t)), 0)
+    assert not estimates._memo
