@@ -185,8 +185,15 @@ class Brevis(Codec):
 
     name, label = "brevis", "Brevis"
     reads_files = True
+    # What brevis.compress and unpack import on first use: the format
+    # parsers (the first file's scan) and the worker processes' executor
+    # (inputs of PROCESS_MIN_BYTES or more) too, which were imported inside
+    # the clock of every compression up to 1f7f11d (3-10 ms a run).
     imports = ("contextlib", "brevis.api", "brevis.archive.reader", "brevis.codec.chunks", "brevis.codec.decoder",
-               "brevis.codec.encoder", "brevis.workers.heap")
+               "brevis.codec.encoder", "brevis.workers.heap", "brevis.formats.discovery", "brevis.formats.gguf",
+               "brevis.formats.numpy_files", "brevis.formats.onnx", "brevis.formats.pytorch",
+               "brevis.formats.safetensors", "brevis.workers.executor", "multiprocessing.popen_fork",
+               "multiprocessing.synchronize")
     threads_note = ("file to file: chunks in worker processes (from 3 threads, inputs of 32 MiB or more) or "
                     "threads; in memory (brevis.unpack): threads")
 

@@ -71,6 +71,32 @@ def test_harness_round_trips_every_codec(tmp_path):
     assert "## Startup" in md and "| brevis --help |" in md
 
 
+def test_brevis_imports_before_the_clock_what_its_calls_import(tmp_path):
+    """The harness's worker imports a codec's modules before the clock:
+    for Brevis, every module a compression (on worker processes too), an
+    unpack and a decompression import on first use, so none is imported
+    inside the timed part."""
+    corpus = tiny_corpus(tmp_path)
+    code = f"""
+import importlib, sys
+sys.path.insert(0, {str(ROOT)!r})
+from benchmarks.codecs import BY_NAME
+for m in ("numpy", *BY_NAME["brevis"].imports):
+    importlib.import_module(m)
+before = set(sys.modules)
+import brevis
+brevis.compress({str(corpus / "tiny")!r}, {str(tmp_path / "a.brv")!r}, threads=2, processes=True)
+brevis.compress({str(corpus / "tiny")!r}, {str(tmp_path / "b.brv")!r})
+brevis.unpack(open({str(tmp_path / "a.brv")!r}, "rb").read(), threads=2)
+brevis.decompress({str(tmp_path / "a.brv")!r}, {str(tmp_path / "out")!r}, threads=2)
+print(sorted(set(sys.modules) - before))
+"""
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    late = eval(p.stdout.strip().splitlines()[-1])
+    assert not [m for m in late if m.startswith(("brevis", "multiprocessing", "concurrent"))], late
+
+
 def test_harness_one_thread_reuses_the_in_memory_pass(tmp_path):
     corpus = tiny_corpus(tmp_path)
     out = tmp_path / "results"
