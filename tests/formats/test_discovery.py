@@ -202,8 +202,9 @@ def test_quantized_blocks_without_a_parser(tmp_path, monkeypatch):
 
 def test_samples_measured_by_workers_answer_as_holds_blocks(tmp_path, monkeypatch):
     """A parsed file's long byte spans are probed for quantized blocks by
-    the workers, a job a sample (plan._probed_elsewhere): the answers are
-    holds_blocks', and the archive is the one made on one thread."""
+    the workers, a job a sample (plan._probe_elsewhere, sent before this
+    process measures the spans' changes): the answers are holds_blocks',
+    and the archive is the one made on one thread."""
     from concurrent.futures import ThreadPoolExecutor
 
     from brevis.codec import plan
@@ -217,7 +218,8 @@ def test_samples_measured_by_workers_answer_as_holds_blocks(tmp_path, monkeypatc
         spans = [repeats.Span(0, seg, read_of(data)) for seg in f.segments if repeats.searchable(seg)]
         assert discovery.holds_blocks(spans[0].segment, read_of(data)) is holds
         with ThreadPoolExecutor(2) as ex:
-            assert plan._probed_elsewhere([f], spans, list(range(len(spans))), ex) == {0: holds}
+            probing = plan._probe_elsewhere([f], spans, list(range(len(spans))), ex)
+            assert {k: any(job.result() for job in jobs) for k, jobs in probing.items()} == {0: holds}
 
     data = b"HDR" + blocks + bytes(9) + floats  # one long span of a format a parser knows (made up here)
     (tmp_path / "m.bin").write_bytes(data)
@@ -227,6 +229,36 @@ def test_samples_measured_by_workers_answer_as_holds_blocks(tmp_path, monkeypatc
     brevis.compress([tmp_path / "m.bin"], two, threads=2, processes=True)
     assert one.read_bytes() == two.read_bytes()
     assert brevis.verify(two, sources=[tmp_path / "m.bin"])["ok"]
+
+
+def test_probes_not_done_are_cancelled_where_discovery_fails(tmp_path, monkeypatch):
+    """The probes go to the workers before this process's own measuring:
+    where that fails, the jobs not done are cancelled, not left queued."""
+    from concurrent.futures import Future
+
+    from brevis.codec import plan
+    from brevis.fs.sources import Source
+
+    data = b"HDR" + q4_1_blocks(20_000)
+    (tmp_path / "q.bin").write_bytes(data)
+    f = plan.scan(Source("q.bin", tmp_path / "q.bin"))
+    monkeypatch.setattr(f, "format", "made-up")  # a parsed file's span: probed elsewhere
+
+    class Held:  # an executor whose jobs never start
+        jobs: list = []
+
+        def submit(self, fn, *args):
+            self.jobs.append(Future())
+            return self.jobs[-1]
+
+    def fail(*args):
+        raise OSError("the disk went away")
+
+    monkeypatch.setattr(plan, "_discover", fail)
+    executor = Held()
+    with pytest.raises(OSError):
+        plan.discover([f], executor=executor)
+    assert executor.jobs and all(job.cancelled() for job in executor.jobs)
 
 
 def test_pieces_cut_for_their_statistics_stay_apart(tmp_path):
