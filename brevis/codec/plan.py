@@ -151,8 +151,8 @@ def discover(scanned: list[ScannedFile], lzma_margin: float = LZMA_MARGIN, threa
     unparsed = [k for k, sp in enumerate(spans) if scanned[sp.file].format == "bytes"]
     # The other spans' samples (a job each, about 30 ms) go to the workers
     # first: this process measures those spans' changes while they probe
-    # (it waited for them idle: 33-58 ms of gemma3's, nomic's, piper's and
-    # smollm's compression, before its own 15-95 ms here).
+    # (it waited for them idle, then measured: 33-58 ms of waiting in
+    # gemma3's, nomic's, piper's and smollm's compression, profiled).
     probing = _probe_elsewhere(scanned, spans, [k for k in range(len(spans)) if k not in unparsed],
                                executor) if executor is not None else {}
     try:
