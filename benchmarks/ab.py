@@ -1,9 +1,10 @@
 """Two revisions of Brevis raced on the same archives, in fresh processes
-taking turns (A, B, A, B, ...): what a one-shot decompression costs each, on
-a host whose speed moves by a fifth within minutes, where runs made apart
-cannot be compared (issues 14 and 18).
+taking turns (A, B, A, B, ...): what a one-shot decompression (or
+compression) costs each, on a host whose speed moves by a fifth within
+minutes, where runs made apart cannot be compared (issues 14 and 18).
 
     python benchmarks/ab.py REV_A REV_B [CORPUS] --items a,b [--runs 10] [--threads 2] [--mode unpack]
+                                                             [--mode decompress | compress]
 
 A revision is a git revision of this repository, checked out into a
 temporary worktree with its extensions built there (`setup.py build_ext
@@ -14,13 +15,20 @@ before its clock (benchmarks/worker.py), then timing one call: `unpack`,
 brevis.unpack on the archive read into memory beforehand, as the harness's
 in-memory decompression; `decompress`, brevis.decompress into a new folder
 on tmpfs (--out-dir), as its file-to-file pass (without its fsync, which
-costs nothing on tmpfs). Prints, per item, the mean, median and best of
-each side in ms and B's mean over A's; the worktrees are removed at the end.
+costs nothing on tmpfs); `compress`, brevis.compress of the item into an
+archive on tmpfs, as its compression (no archive made first), each side's
+archives compared too. Prints, per item, the mean, median and best of each
+side in ms and B's mean over A's (compress: and whether every archive of
+both sides has the same bytes); the worktrees are removed at the end.
+Compare two worktrees where the effect is a few per cent: a fresh
+worktree compressed the same code about 8 % slower than this checkout
+(2026-12-05), where unpack ran alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import shutil
 import statistics
 import subprocess
@@ -68,33 +76,43 @@ def checkout(rev: str, tmp: Path) -> Path:
     return tree
 
 
-def run_once(tree: Path, mode: str, archive: Path, threads: int, out: Path) -> float:
+def run_once(tree: Path, mode: str, archive: Path, threads: int, out: Path) -> tuple[float, str | None]:
     """Seconds of one call in a fresh process of `tree`'s revision
-    (unpack_profile's one-shot run, the same as it profiles)."""
+    (unpack_profile's one-shot run, the same as it profiles), and for a
+    compression the SHA-256 of the archive it wrote (`archive`: the item)."""
     shutil.rmtree(out, ignore_errors=True)
     p = subprocess.run(one_shot(archive, threads, mode, out), capture_output=True, text=True, cwd=tree)
+    digest = None
+    if mode == "compress" and (out / "item.brv").exists():
+        digest = hashlib.sha256((out / "item.brv").read_bytes()).hexdigest()
     shutil.rmtree(out, ignore_errors=True)
     found = window(p.stderr)
     if p.returncode or found is None:
         raise Failed(f"{tree.name}: {mode} of {archive.name} failed: {p.stderr.strip()[-500:]}")
-    return found[1] - found[0]
+    return found[1] - found[0], digest
 
 
 def race(trees: tuple[Path, Path], mode: str, archive: Path, runs: int, threads: int,
-         out: Path) -> tuple[list[float], list[float]]:
-    """Each side's seconds over `runs` turns, A then B in each."""
+         out: Path) -> tuple[list[float], list[float], set]:
+    """Each side's seconds over `runs` turns, A then B in each, and the
+    archives' digests they wrote (compress; else none)."""
     times: tuple[list[float], list[float]] = ([], [])
+    digests: set = set()
     for _ in range(runs):
         for side, tree in enumerate(trees):
-            times[side].append(run_once(tree, mode, archive, threads, out))
-    return times
+            seconds, digest = run_once(tree, mode, archive, threads, out)
+            times[side].append(seconds)
+            if digest is not None:
+                digests.add(digest)
+    return times[0], times[1], digests
 
 
-def row(item: str, a: list[float], b: list[float]) -> str:
+def row(item: str, a: list[float], b: list[float], digests: set | None = None) -> str:
     def cells(t):
         return f"{statistics.mean(t) * 1e3:.2f} / {statistics.median(t) * 1e3:.2f} / {min(t) * 1e3:.2f}"
 
-    return f"| {item} | {cells(a)} | {cells(b)} | {statistics.mean(b) / statistics.mean(a):.3f} |"
+    same = "" if digests is None else (" same bytes |" if len(digests) == 1 else f" {len(digests)} different |")
+    return f"| {item} | {cells(a)} | {cells(b)} | {statistics.mean(b) / statistics.mean(a):.3f} |{same}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,21 +136,25 @@ def main(argv: list[str] | None = None) -> int:
                 trees.append(trees[0] if trees and rev == args.rev_a else checkout(rev, tmp))
             print(f"# {args.mode}, {args.rev_a} (A) against {args.rev_b} (B): {args.runs} fresh processes each, "
                   f"taking turns, {args.threads} threads\n")
-            print("| item | A ms: mean / median / best | B ms: mean / median / best | B / A (means) |")
-            print("|---|---|---|---|")
+            compressing = args.mode == "compress"
+            print("| item | A ms: mean / median / best | B ms: mean / median / best | B / A (means) |"
+                  + (" archives |" if compressing else ""))
+            print("|---|---|---|---|" + ("---|" if compressing else ""))
             for item in items:
-                archive = tmp / f"{item}.brv"
-                p = subprocess.run([sys.executable, "-c", COMPRESS, str(trees[0]), str(args.corpus / item),
-                                    str(archive)], capture_output=True, text=True, cwd=trees[0])
-                if p.returncode:
-                    raise Failed(f"{args.rev_a} cannot compress {item}: {p.stderr.strip()[-500:]}")
+                archive = args.corpus / item if compressing else tmp / f"{item}.brv"  # what each run reads
+                if not compressing:
+                    p = subprocess.run([sys.executable, "-c", COMPRESS, str(trees[0]), str(args.corpus / item),
+                                        str(archive)], capture_output=True, text=True, cwd=trees[0])
+                    if p.returncode:
+                        raise Failed(f"{args.rev_a} cannot compress {item}: {p.stderr.strip()[-500:]}")
                 out = Path(tempfile.mkdtemp(prefix="brevis-ab-out-", dir=args.out_dir))
                 try:
-                    a, b = race((trees[0], trees[1]), args.mode, archive, args.runs, args.threads, out)
+                    a, b, digests = race((trees[0], trees[1]), args.mode, archive, args.runs, args.threads, out)
                 finally:
                     shutil.rmtree(out, ignore_errors=True)
-                print(row(item, a, b), flush=True)
-                archive.unlink()
+                print(row(item, a, b, digests if compressing else None), flush=True)
+                if not compressing:
+                    archive.unlink()
         except Failed as e:
             print(f"ab: {e}", file=sys.stderr)
             return 2

@@ -1,6 +1,7 @@
 """Where a one-shot unpack's time goes, in fresh processes (issues 14 and 18).
 
     python benchmarks/unpack_profile.py [CORPUS] --items a,b [--runs 10] [--threads 2] [--top 20] [--mode unpack]
+                                        [--mode decompress | compress]
 
 For each item: its archive made once (brevis.compress, into a temporary
 folder), then --runs fresh Python processes, each importing what the
@@ -15,7 +16,9 @@ zeroing the output's pages). The table gives each function's share of
 the CPU time in the window and its ms a run, beside a summary by library.
 `--mode decompress`: brevis.decompress from the archive's file into a new
 folder on tmpfs (--out-dir) instead, as the harness's file-to-file pass
-(its fsync, free on tmpfs, left out).
+(its fsync, free on tmpfs, left out). `--mode compress`: brevis.compress
+of the item into an archive on tmpfs, as the harness's compression (its
+worker processes' samples count too: perf follows them).
 
 Needs `perf` (linux-tools) and a kernel that lets this user sample its
 processes (perf_event_paranoid); without them it says so and exits 2.
@@ -45,8 +48,9 @@ FREQUENCY = 20_000  # samples a second of CPU: 0.05 ms each
 # One run, in the tree of the working folder (`python -c` puts it first on
 # sys.path): the harness worker's imports (a module an older revision lacks
 # skipped: benchmarks/ab.py runs older ones), the archive read, one timed
-# unpack or decompress; the window goes to stderr as CLOCK_MONOTONIC
-# seconds, perf's clock here. argv: archive, threads, mode, out.
+# unpack or decompress, or one timed compress of the item (the archive's
+# place) into OUT/item.brv; the window goes to stderr as CLOCK_MONOTONIC
+# seconds, perf's clock here. argv: archive (or item), threads, mode, out.
 CHILD = """
 import importlib, os, sys, time
 for m in {imports!r}:
@@ -61,6 +65,10 @@ if mode == "unpack":
     data = open(archive, "rb").read()
     start = time.clock_gettime(time.CLOCK_MONOTONIC)
     brevis.unpack(data, threads=threads)
+elif mode == "compress":
+    os.makedirs(out, exist_ok=True)
+    start = time.clock_gettime(time.CLOCK_MONOTONIC)
+    brevis.compress([archive], os.path.join(out, "item.brv"), threads=threads, force=True)
 else:
     start = time.clock_gettime(time.CLOCK_MONOTONIC)
     brevis.decompress(archive, out, threads=threads, force=True)
@@ -164,9 +172,9 @@ def one_shot_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--items", required=True)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--mode", choices=("unpack", "decompress"), default="unpack")
+    ap.add_argument("--mode", choices=("unpack", "decompress", "compress"), default="unpack")
     ap.add_argument("--out-dir", type=Path, default=Path("/dev/shm"),
-                    help="where --mode decompress writes (default /dev/shm, tmpfs)")
+                    help="where --mode decompress and compress write (default /dev/shm, tmpfs)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,17 +192,19 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="brevis-unpack-profile-") as tmp:
         tmp = Path(tmp)
         for item in args.items.split(","):
-            archive = tmp / f"{item}.brv"
-            brevis.compress([str(args.corpus / item)], archive, force=True)
+            archive = tmp / f"{item}.brv"  # compress: the item itself is what each run reads
+            if args.mode != "compress":
+                brevis.compress([str(args.corpus / item)], archive, force=True)
             out = Path(tempfile.mkdtemp(prefix="brevis-profile-out-", dir=args.out_dir)) \
-                if args.mode == "decompress" else None
+                if args.mode != "unpack" else None
             try:
-                found, window = profile(archive, args.runs, args.threads, tmp, args.mode, out)
+                found, window = profile(args.corpus / item if args.mode == "compress" else archive, args.runs,
+                                        args.threads, tmp, args.mode, out)
             finally:
                 if out is not None:
                     shutil.rmtree(out, ignore_errors=True)
             report(item, found, window, args.runs, args.top, args.mode)
-            archive.unlink()
+            archive.unlink(missing_ok=True)
     return 0
 
 

@@ -288,6 +288,12 @@ def test_unpack_profile_on_a_tiny_checkpoint(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert out.startswith("# One-shot decompress") and re.search(r"decompress window [\d.]+ ms", out)
     assert not any(outs.iterdir())
+    # The compression of the item instead, its archive on --out-dir, removed after.
+    assert unpack_profile.main([str(tmp_path / "corpus"), "--items", "tiny", "--runs", "2", "--mode", "compress",
+                                "--out-dir", str(outs)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# One-shot compress") and re.search(r"compress window [\d.]+ ms", out)
+    assert not any(outs.iterdir())
 
 
 def test_race_names_the_fastest_peer_and_tallies_the_items(tmp_path, capsys, monkeypatch):
@@ -373,7 +379,8 @@ def test_scaling_measures_each_jobs_count_and_concurrent_runs(tmp_path):
 
 def test_ab_races_two_trees_in_turns(tmp_path, monkeypatch, capsys):
     """The checkout against itself (no worktree to build): a row per item
-    with each side's mean / median / best and B / A, in both modes; an
+    with each side's mean / median / best and B / A, in each mode (and
+    compress: whether the archives are the same bytes); an
     unknown revision and an item not in the corpus exit 2, saying why."""
     monkeypatch.syspath_prepend(str(ROOT))
     from benchmarks import ab
@@ -382,12 +389,14 @@ def test_ab_races_two_trees_in_turns(tmp_path, monkeypatch, capsys):
     item.mkdir(parents=True)
     rng = np.random.default_rng(0)
     save_file({"w": (rng.standard_normal((256, 512)) * 0.02).astype(np.float16)}, str(item / "model.safetensors"))
-    for mode in ("unpack", "decompress"):
+    for mode in ("unpack", "decompress", "compress"):
         assert ab.main([".", ".", str(tmp_path / "corpus"), "--items", "tiny", "--runs", "2", "--mode", mode,
                         "--out-dir", str(tmp_path)]) == 0
         out = capsys.readouterr().out
         assert f"# {mode}, . (A) against . (B): 2 fresh processes each" in out
-        assert re.search(r"^\| tiny \| [\d.]+ / [\d.]+ / [\d.]+ \| [\d.]+ / [\d.]+ / [\d.]+ \| [\d.]+ \|$", out, re.M)
+        same = r" same bytes \|" if mode == "compress" else ""  # compress: the four archives compared
+        assert re.search(r"^\| tiny \| [\d.]+ / [\d.]+ / [\d.]+ \| [\d.]+ / [\d.]+ / [\d.]+ \| [\d.]+ \|" + same + "$",
+                         out, re.M)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]  # the outputs removed
     assert ab.main(["no-such-revision", ".", str(tmp_path / "corpus"), "--items", "tiny"]) == 2
     assert "'no-such-revision' is not a revision" in capsys.readouterr().err
