@@ -23,7 +23,6 @@
 #include <stdint.h>
 #include <string.h>
 #include <immintrin.h>
-#include <errno.h>
 #ifdef __linux__
 #include <sys/mman.h>
 #include <poll.h>
@@ -1278,23 +1277,6 @@ static PyObject *layout_keep_freed(PyObject *self, PyObject *args) {
 #endif
 }
 
-/* populate(address, length) -> 0 or an errno: madvise(MADV_POPULATE_WRITE)
- * of those pages (Linux 5.14 on: faulted in, writable, as a write would;
- * their bytes unchanged), the GIL released (heap.populate). */
-static PyObject *layout_populate(PyObject *self, PyObject *args) {
-    unsigned long long address;
-    Py_ssize_t length;
-    if (!PyArg_ParseTuple(args, "Kn", &address, &length)) return NULL;
-    if (length < 0) { PyErr_SetString(PyExc_ValueError, "length must be >= 0"); return NULL; }
-    int error = ENOSYS;
-#ifdef __linux__
-    Py_BEGIN_ALLOW_THREADS
-    error = madvise((void *)(uintptr_t)address, (size_t)length, 23 /* MADV_POPULATE_WRITE */) ? errno : 0;
-    Py_END_ALLOW_THREADS
-#endif
-    return PyLong_FromLong(error);
-}
-
 /* prefault(buffers, stop, slow_ns, every_ns, wake=-1) -> (bytes, switched): the
  * buffers' pages faulted in (madvise MADV_POPULATE_WRITE, their bytes
  * unchanged), a huge page's span (2 MiB, aligned) at a time, the GIL
@@ -1317,6 +1299,9 @@ static PyObject *layout_populate(PyObject *self, PyObject *args) {
  * the first refusal (a kernel before 5.14: EINVAL), leaving the rest to
  * the writes' faults. */
 #define HUGE_SPAN ((uintptr_t)2 << 20)
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  /* Linux's, from 5.14 (older headers lack it) */
+#endif
 
 #ifdef __linux__
 typedef struct { Py_buffer *bufs; Py_ssize_t k; uintptr_t page; long long slow_ns, done; int slow; } prefault_t;
@@ -1326,7 +1311,7 @@ typedef struct { Py_buffer *bufs; Py_ssize_t k; uintptr_t page; long long slow_n
 static int prefault_span(prefault_t *p, uintptr_t at, uintptr_t n, Py_ssize_t j, uintptr_t from) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
-    if (madvise((void *)at, n, 23 /* MADV_POPULATE_WRITE */)) return 1;
+    if (madvise((void *)at, n, MADV_POPULATE_WRITE)) return 1;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
     p->done += (long long)n;
     if (n != HUGE_SPAN) return 0;
@@ -1434,7 +1419,6 @@ static PyMethodDef methods[] = {
     {"unzigzag", layout_unzigzag, METH_VARARGS, "unzigzag(values) -> None: zigzag's inverse, in place"},
     {"scatter", layout_scatter, METH_VARARGS, "scatter(src, pieces, dst) -> None: dst[at:at + n] = src[within:within + n] for each (at, within, n)"},
     {"keep_freed", layout_keep_freed, METH_VARARGS, "keep_freed(mmap_threshold, trim_threshold) -> whether glibc's malloc took them"},
-    {"populate", layout_populate, METH_VARARGS, "populate(address, length) -> 0 or errno: madvise MADV_POPULATE_WRITE"},
     {"prefault", layout_prefault, METH_VARARGS, "prefault(buffers, stop, slow_ns, every_ns, wake=-1) -> (bytes, switched): pages faulted in, huge ones turned off where slow"},
     {NULL, NULL, 0, NULL},
 };

@@ -53,24 +53,28 @@ def keep_freed_memory() -> None:
 PAGE = mmap.PAGESIZE
 MADV_POPULATE_WRITE = 23  # Linux's, from 5.14: fault pages in, writable, as a write would
 POPULATE_STEP = 8 << 20  # bytes a call populates before looking whether to stop
-_madvise = None  # madvise(at, n, MADV_POPULATE_WRITE) once looked up (False: none)
+_madvise = None  # without the extension: madvise(at, n, MADV_POPULATE_WRITE) once looked up (False: none)
 
 
 def _advise_ready() -> bool:
+    """Whether populate can run here: on Linux, through the extension
+    (_layout.prefault, which ends at the kernel's first refusal) or else
+    through ctypes' madvise."""
+    if not sys.platform.startswith("linux"):
+        return False
+    if _layout is not None:
+        return True
     global _madvise
     if _madvise is None:
         _madvise = False
-        if _layout is not None and sys.platform.startswith("linux"):
-            _madvise = _layout.populate
-        elif sys.platform.startswith("linux"):
-            try:
-                import ctypes
+        try:
+            import ctypes
 
-                f = ctypes.CDLL(None).madvise
-                f.argtypes, f.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
-                _madvise = lambda at, n: f(at, n, MADV_POPULATE_WRITE)  # noqa: E731
-            except (OSError, AttributeError):
-                pass
+            f = ctypes.CDLL(None).madvise
+            f.argtypes, f.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
+            _madvise = lambda at, n: f(at, n, MADV_POPULATE_WRITE)  # noqa: E731
+        except (OSError, AttributeError):
+            pass
     return _madvise is not False
 
 
