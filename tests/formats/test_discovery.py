@@ -245,7 +245,8 @@ def test_probes_not_done_are_cancelled_where_discovery_fails(tmp_path, monkeypat
     monkeypatch.setattr(f, "format", "made-up")  # a parsed file's span: probed elsewhere
 
     class Held:  # an executor whose jobs never start
-        jobs: list = []
+        def __init__(self):
+            self.jobs: list = []
 
         def submit(self, fn, *args):
             self.jobs.append(Future())
