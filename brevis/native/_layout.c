@@ -2,7 +2,7 @@
  * running sums and xors and the unzigzag that undo `delta`, `xor_delta`
  * and `zigzag` (brevis/dsl/delta.py), the classify and scatter_join that undo
  * `partition` and the lookup and patch that undo `rank` (brevis/dsl/
- * symbols.py), the column copy that undoes `records`, the join of bit
+ * symbols.py), the column copies of `records` both ways, the join of bit
  * ranges that undoes fields and the unpack that undoes `pack_bits`
  * (brevis/dsl/fields.py), the interleave that undoes `byte_planes`
  * (brevis/dsl/planes.py). Each is one pass over its output, where numpy
@@ -233,46 +233,114 @@ static PyObject *layout_transpose(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-#define PLACE(W) for (Py_ssize_t r = 0; r < records; r++) memcpy(d + r * stride, s + r * (W), (W));
+/* weave(parts, widths, dst) -> None: dst holds records of sum(widths)
+ * bytes, part j widths[j] bytes of each, in order; every field put back
+ * at once, the inverse of `records` taking its fields apart.
+ * unweave(src, widths, parts) -> None: the other way, `records` itself.
+ * Putting back a field at a time wrote each of dst's lines once a field (Q4_1's
+ * three: 20-byte records, 98 MB of smollm2), and numpy's copy of a column
+ * took about 3 ns a record; here a block of records has all its fields
+ * copied while its lines are in L1, so that the records' memory is
+ * crossed once, each field in copies of its fixed size. */
+#define WEAVE_FIELDS 64
+#define WEAVE_BLOCK (16 << 10)  /* bytes of records a block spans, at most (at least one record) */
+#define COPY_EACH(W, TO, TO_STEP, FROM, FROM_STEP) \
+    for (Py_ssize_t r = 0; r < count; r++) memcpy((TO) + r * (TO_STEP), (FROM) + r * (FROM_STEP), (W));
+/* Record r's field of width W: at rec + r * stride, and at part + r * W. */
+#define FIELD_COPY(W) { if (weave) COPY_EACH(W, rec, stride, part, W) else COPY_EACH(W, part, W, rec, stride) }
 
-/* place(src, width, records, stride, offset, dst) -> None
- * Record r of dst (stride bytes each) gets src's r-th width bytes at byte
- * `offset`: the inverse of taking one field of fixed-size records
- * (`records`). numpy's strided copy of a two-byte column of 18-byte
- * records cost about 3 ns a record; fixed-size copies here, about 0.5. */
-static PyObject *layout_place(PyObject *self, PyObject *args) {
-    PyObject *so, *dobj;
-    Py_ssize_t width, records, stride, offset;
-    if (!PyArg_ParseTuple(args, "OnnnnO", &so, &width, &records, &stride, &offset, &dobj)) return NULL;
-    if (width < 1 || records < 0 || offset < 0 || stride < width || offset > stride - width
-        || (records && stride > PY_SSIZE_T_MAX / records)) {
-        PyErr_SetString(PyExc_ValueError, "a field of width bytes at offset must lie inside records of stride bytes");
-        return NULL;
+static void records_copy(uint8_t *records_at, uint8_t *const *parts, const Py_ssize_t *widths, Py_ssize_t k,
+                         Py_ssize_t records, Py_ssize_t stride, int weave) {
+    const Py_ssize_t block = stride < WEAVE_BLOCK ? WEAVE_BLOCK / stride : 1;
+    for (Py_ssize_t r0 = 0; r0 < records; r0 += block) {
+        const Py_ssize_t count = records - r0 < block ? records - r0 : block;
+        uint8_t *rec = records_at + r0 * stride;
+        for (Py_ssize_t j = 0; j < k; j++) {
+            uint8_t *part = parts[j] + r0 * widths[j];
+            switch (widths[j]) {  /* fixed sizes: the copies compile to loads and stores */
+            case 1: FIELD_COPY(1) break;
+            case 2: FIELD_COPY(2) break;
+            case 4: FIELD_COPY(4) break;
+            case 8: FIELD_COPY(8) break;
+            case 12: FIELD_COPY(12) break;
+            case 16: FIELD_COPY(16) break;
+            case 32: FIELD_COPY(32) break;
+            case 64: FIELD_COPY(64) break;
+            case 128: FIELD_COPY(128) break;
+            default: FIELD_COPY(widths[j]) break;
+            }
+            rec += widths[j];
+        }
     }
-    Py_buffer sb, db;
-    if (PyObject_GetBuffer(so, &sb, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-    if (PyObject_GetBuffer(dobj, &db, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) { PyBuffer_Release(&sb); return NULL; }
-    if (sb.len != width * records || db.len != stride * records) {
-        PyBuffer_Release(&sb); PyBuffer_Release(&db);
-        PyErr_SetString(PyExc_ValueError, "src must hold width * records bytes and dst stride * records");
-        return NULL;
+}
+#undef FIELD_COPY
+#undef COPY_EACH
+
+/* weave's and unweave's checks, and the call: `whole` the records, `po`
+ * the parts (writable where !weave). */
+static PyObject *records_call(PyObject *whole, PyObject *wo, PyObject *po, int weave) {
+    PyObject *seq = PySequence_Fast(po, "parts must be a sequence");
+    if (!seq) return NULL;
+    PyObject *wseq = PySequence_Fast(wo, "widths must be a sequence");
+    if (!wseq) { Py_DECREF(seq); return NULL; }
+    const int writable = PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE;
+    Py_buffer rb, pb[WEAVE_FIELDS];
+    uint8_t *pl[WEAVE_FIELDS];
+    Py_ssize_t widths[WEAVE_FIELDS];
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq), held = 0, stride = 0;
+    int ok = 0, records_held = 0;
+    if (k < 1 || k > WEAVE_FIELDS || PySequence_Fast_GET_SIZE(wseq) != k) {
+        PyErr_SetString(PyExc_ValueError, "1 to 64 parts, a width each");
+        goto release;
     }
-    const uint8_t *s = sb.buf;
-    uint8_t *d = (uint8_t *)db.buf + offset;
+    for (Py_ssize_t j = 0; j < k; j++) {
+        widths[j] = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(wseq, j));
+        if (widths[j] == -1 && PyErr_Occurred()) goto release;
+        if (widths[j] < 1 || widths[j] > (1 << 20)) { PyErr_SetString(PyExc_ValueError, "a width is 1 to 2^20 bytes"); goto release; }
+        stride += widths[j];
+    }
+    if (PyObject_GetBuffer(whole, &rb, weave ? writable : PyBUF_C_CONTIGUOUS) < 0) goto release;
+    records_held = 1;
+    const Py_ssize_t records = rb.len / stride;
+    if (records * stride != rb.len) { PyErr_SetString(PyExc_ValueError, "the records must be whole"); goto release; }
+    for (; held < k; held++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, held), &pb[held], weave ? PyBUF_C_CONTIGUOUS : writable) < 0)
+            goto release;
+        pl[held] = pb[held].buf;
+        if (pb[held].len != widths[held] * records) {
+            held++;
+            PyErr_SetString(PyExc_ValueError, "part j must hold widths[j] bytes a record");
+            goto release;
+        }
+        if (!weave && (uint8_t *)pb[held].buf < (uint8_t *)rb.buf + rb.len && (uint8_t *)rb.buf < (uint8_t *)pb[held].buf + pb[held].len) {
+            held++;
+            PyErr_SetString(PyExc_ValueError, "a part must not overlap the records");
+            goto release;
+        }
+    }
     Py_BEGIN_ALLOW_THREADS
-    switch (width) {  /* fixed sizes: the copies compile to a load and a store */
-    case 1: PLACE(1) break;
-    case 2: PLACE(2) break;
-    case 4: PLACE(4) break;
-    case 8: PLACE(8) break;
-    case 16: PLACE(16) break;
-    case 32: PLACE(32) break;
-    default: PLACE(width) break;
-    }
+    records_copy(rb.buf, pl, widths, k, records, stride, weave);
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&sb);
-    PyBuffer_Release(&db);
+    ok = 1;
+release:
+    for (Py_ssize_t j = 0; j < held; j++) PyBuffer_Release(&pb[j]);
+    if (records_held) PyBuffer_Release(&rb);
+    Py_DECREF(seq);
+    Py_DECREF(wseq);
+    if (!ok) return NULL;
     Py_RETURN_NONE;
+}
+
+static PyObject *layout_weave(PyObject *self, PyObject *args) {
+    PyObject *po, *wo, *dobj;
+    if (!PyArg_ParseTuple(args, "OOO", &po, &wo, &dobj)) return NULL;
+    return records_call(dobj, wo, po, 1);
+}
+
+static PyObject *layout_unweave(PyObject *self, PyObject *args) {
+    PyObject *so, *wo, *po;
+    if (!PyArg_ParseTuple(args, "OOO", &so, &wo, &po)) return NULL;
+    return records_call(so, wo, po, 0);
 }
 
 /* A field's (low, width) ranges, high bits first, as the shifts that put
@@ -1406,7 +1474,8 @@ release:
 
 static PyMethodDef methods[] = {
     {"transpose", layout_transpose, METH_VARARGS, "transpose(src, rows, cols, itemsize, dst) -> None"},
-    {"place", layout_place, METH_VARARGS, "place(src, width, records, stride, offset, dst) -> None"},
+    {"weave", layout_weave, METH_VARARGS, "weave(parts, widths, dst) -> None: every field of dst's records from its part"},
+    {"unweave", layout_unweave, METH_VARARGS, "unweave(src, widths, parts) -> None: each part gets its field of src's records"},
     {"join", layout_join, METH_VARARGS, "join(src, ranges, dst, first) -> None"},
     {"classify", layout_classify, METH_VARARGS, "classify(context, table, classes) -> counts of the 256 classes"},
     {"split_classes", layout_split_classes, METH_VARARGS, "split_classes(classes, src, parts) -> None: parts[c] = src[classes == c]"},

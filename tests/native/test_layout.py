@@ -1,5 +1,5 @@
 """The layout kernels against numpy: the tiled transpose, the partition's classify
-and scatter_join, the records' column copy, the fields' join, the rank's
+and scatter_join, the records' weave and unweave, the fields' join, the rank's
 lookup and patch, pack_bits' unpack, byte planes' interleave; hostile arguments
 refused."""
 
@@ -69,36 +69,54 @@ def test_partition_decodes_alike_with_and_without_the_kernel(monkeypatch):
         assert np.array_equal(fast, x) and np.array_equal(slow, x)
 
 
-@pytest.mark.parametrize("width", [1, 2, 3, 4, 8, 16, 32, 33])
-def test_place_copies_a_column_of_records(width):
-    rng = np.random.default_rng(width)
-    records, stride, offset = 301, width + 7, 5
-    src = rng.integers(0, 256, records * width).astype(np.uint8)
-    dst = rng.integers(0, 256, records * stride).astype(np.uint8)
-    want = dst.reshape(records, stride).copy()
-    want[:, offset:offset + width] = src.reshape(records, width)
-    delta._layout.place(src, width, records, stride, offset, dst)
-    assert np.array_equal(dst.reshape(records, stride), want)
+FIELD_LAYOUTS = [[1], [2, 2, 16], [2, 32], [2, 2, 12, 128], [128, 64, 16, 2], [3, 33, 1, 5], [2, 4, 8, 1, 1, 16]]
 
 
-def test_place_refuses_a_field_outside_its_records():
-    src, dst = np.zeros(20, np.uint8), np.zeros(50, np.uint8)
-    for width, records, stride, offset in ((2, 10, 5, 4), (2, 10, 1, 0), (0, 10, 5, 0), (2, 10, 5, -1), (3, 10, 5, 0)):
+@pytest.mark.parametrize("widths", FIELD_LAYOUTS, ids=str)
+@pytest.mark.parametrize("records", [0, 1, 301, 5000])  # 5000: blocks of 16 KiB and a partial one
+def test_weave_and_unweave_are_numpys_column_copies(widths, records):
+    rng = np.random.default_rng(records + len(widths))
+    stride = sum(widths)
+    whole = rng.integers(0, 256, records * stride).astype(np.uint8)
+    bounds = np.cumsum([0, *widths])
+    want = [np.ascontiguousarray(whole.reshape(records, stride)[:, a:b]).reshape(-1) for a, b in zip(bounds, bounds[1:])]
+    parts = [np.full(records * w, 7, np.uint8) for w in widths]
+    delta._layout.unweave(whole, widths, parts)
+    assert all(np.array_equal(p, w) for p, w in zip(parts, want))
+    back = np.zeros(records * stride + 1, np.uint8)[1:]  # any alignment
+    delta._layout.weave(parts, widths, back)
+    assert np.array_equal(back, whole)
+
+
+def test_weave_and_unweave_refuse_parts_that_do_not_fit():
+    whole, two = np.zeros(40, np.uint8), [np.zeros(10, np.uint8), np.zeros(30, np.uint8)]
+    for widths, parts, dst in (([1, 3], two, np.zeros(41, np.uint8)),  # not whole records
+                               ([1, 2], two, whole),  # part 1 of the wrong length
+                               ([1], two, whole),  # a width a part
+                               ([0, 4], two, whole), ([-1, 5], two, whole),
+                               ([1] * 65, [np.zeros(1, np.uint8)] * 65, np.zeros(65, np.uint8)), ([], [], whole)):
         with pytest.raises(ValueError):
-            delta._layout.place(src, width, records, stride, offset, dst)
+            delta._layout.weave(parts, widths, dst)
+        with pytest.raises(ValueError):
+            delta._layout.unweave(dst, widths, parts)
+    with pytest.raises(ValueError):  # a part over the records it is taken from
+        delta._layout.unweave(whole, [1, 3], [whole[:10], np.zeros(30, np.uint8)])
+    with pytest.raises(BufferError):  # records that cannot be written
+        delta._layout.weave(two, [1, 3], bytes(40))
 
 
 def test_records_decode_alike_with_and_without_the_kernel(monkeypatch):
     from brevis.dsl import REGISTRY, Program, decode, encode, records
     from brevis.dsl.types import Field
 
-    x = np.random.default_rng(4).integers(0, 256, 18 * 500).astype(np.uint8)
-    node = REGISTRY["records"](fields=[[1, 2], [16, 1]])
-    program = Program(node, (Program(REGISTRY["raw"](), ()), Program(REGISTRY["raw"](), ())))
-    streams = [memoryview(s) for s in encode(program, x, Field(8))]
-    fast = decode(program, Field(8), len(x), streams)
+    x = np.random.default_rng(4).integers(0, 256, 22 * 500).astype(np.uint8)
+    node = REGISTRY["records"](fields=[[1, 2], [2, 1], [16, 1]])
+    program = Program(node, tuple(Program(REGISTRY[c](), ()) for c in ("raw", "ans", "raw")))
+    streams = encode(program, x, Field(8))
+    fast = decode(program, Field(8), len(x), [memoryview(s) for s in streams])
     monkeypatch.setattr(records, "_layout", None)
-    assert np.array_equal(fast, x) and np.array_equal(decode(program, Field(8), len(x), streams), x)
+    assert encode(program, x, Field(8)) == streams  # the fields taken apart alike
+    assert np.array_equal(fast, x) and np.array_equal(decode(program, Field(8), len(x), [memoryview(s) for s in streams]), x)
 
 
 @pytest.mark.parametrize("groups,bits", [([[[16, 16]], [[0, 16]]], 32), ([[[31, 1], [0, 23]], [[23, 8]]], 32),
