@@ -403,3 +403,31 @@ def test_ab_races_two_trees_in_turns(tmp_path, monkeypatch, capsys):
     assert ab.main([".", ".", str(tmp_path / "corpus"), "--items", "tiny,absent"]) == 2
     err = capsys.readouterr().err
     assert "not in" in err and "absent" in err and "tiny" not in err
+
+
+def test_peak_memory_round_trips_a_bf16_file_and_cleans_up(tmp_path, monkeypatch):
+    """A file of 0.002 GB: compress and decompress rows with their peak
+    RSS, the file back byte for byte, nothing left under --tmp; the file
+    it writes is BF16 safetensors that the parser reads as 17 tensors."""
+    p = subprocess.run([sys.executable, "benchmarks/peak_memory.py", "--gb", "0.002", "--tmp", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    rows = {r[0]: r for r in ([c.strip() for c in line.strip("|").split("|")] for line in p.stdout.splitlines()
+                              if line.startswith("| compress") or line.startswith("| decompress"))}
+    assert set(rows) == {"compress", "decompress"} and all(float(r[3]) > 0 for r in rows.values())
+    assert "decompressed byte for byte: yes" in p.stdout
+    assert list(tmp_path.iterdir()) == []
+
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks.peak_memory import TENSORS, write_bf16_safetensors
+    from safetensors import safe_open
+
+    path = tmp_path / "m.safetensors"
+    write_bf16_safetensors(path, 34_000)  # 1000 values a tensor
+    with safe_open(str(path), "np") as f:
+        assert len(f.keys()) == TENSORS
+    data = path.read_bytes()
+    length = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + length])
+    assert length % 8 == 0 and {v["dtype"] for v in header.values()} == {"BF16"}
+    assert len(data) == 8 + length + TENSORS * 2000
