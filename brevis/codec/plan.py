@@ -158,9 +158,7 @@ def discover(scanned: list[ScannedFile], lzma_margin: float = LZMA_MARGIN, threa
     try:
         _discover(scanned, spans, unparsed, probing, lzma_margin, threads, executor)
     finally:
-        for probes in probing.values():
-            for job in probes:
-                job.cancel()
+        _cancel(probing)
 
 
 def _discover(scanned: list[ScannedFile], spans: list, unparsed: list[int], probing: dict, lzma_margin: float,
@@ -227,11 +225,16 @@ def _probe_elsewhere(scanned: list[ScannedFile], spans: list, ks: list[int], exe
             jobs[k] = [executor.submit(run_probe, ProbeTask(path, identity, offset, n, start))
                        for offset, n, start in discovery.block_probes(spans[k].segment)]
     except BaseException:
-        for probes in jobs.values():
-            for job in probes:
-                job.cancel()
+        _cancel(jobs)
         raise
     return jobs
+
+
+def _cancel(jobs: dict[int, list]) -> None:
+    """Cancel the probes (span -> its jobs) not started yet."""
+    for probes in jobs.values():
+        for job in probes:
+            job.cancel()
 
 
 def span_trials(span: Segment, read, lzma_margin: float, threads: int = 1) -> tuple[list[Segment], bool, bool]:
