@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from .errors import BrevisError, InvalidArgument, IOFailure
+from .interrupts import start_thread
 from .workers import Workers, open_workers
 from .defaults import DEFAULT_EFFORT, default_threads
 from .fs.sources import collect
@@ -149,7 +150,11 @@ class ProgressFiles:
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._poll, daemon=True)
-        self.thread.start()
+        try:
+            start_thread(self.thread)
+        except BaseException:  # interrupted: the thread runs, and its caller will not close it
+            self.close()
+            raise
 
     def path_for(self, c: "Checkpoint") -> str | None:
         try:

@@ -16,6 +16,7 @@ from pathlib import Path
 import zstandard
 
 from ..errors import BrevisError, FormatError, InvalidArgument, OutputExists
+from ..interrupts import start_thread
 from ..fs.atomic import io_failure, make_temp, publish, remove_stale
 from .format import FOOTER_SIZE, HEADER_SIZE, VERSION, Footer, index_digest, max_entries, pack_header
 from .index import Index
@@ -68,7 +69,7 @@ class ArchiveWriter:
                 self.file.flush()
                 self.unsynced = 0
                 self.syncing = threading.Thread(target=self._sync, args=(self.file.fileno(),), daemon=True)
-                self.syncing.start()
+                start_thread(self.syncing)
         except OSError as e:
             raise io_failure(e, f"cannot write {self.path}") from None
         self.offset += len(data)

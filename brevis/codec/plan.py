@@ -26,7 +26,7 @@ import os
 import stat
 from collections import Counter
 from collections import deque
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
@@ -42,7 +42,7 @@ from ..fs.sources import Source, check_identity, read_exactly
 from ..synth.planner import LZMA_CHUNK_BYTES, LZMA_MARGIN, TINY, Plan, Planner, SegmentInfo, lzma_wins, publish
 from ..synth.prior import Prior
 from ..synth.search import SearchResult
-from ..workers.pool import Pool, chunk_counts, ordered_map, ordered_pairs
+from ..workers.pool import Pool, Threads, chunk_counts, ordered_map, ordered_pairs
 from ..workers.tasks import (ChunkTask, PlanTask, ProbeTask, SegmentTask, SpanTask, parse_program, run_learn, run_plan,
                              run_probe, run_span)
 
@@ -169,7 +169,7 @@ def _discover(scanned: list[ScannedFile], spans: list, unparsed: list[int], prob
                           scanned[spans[k].file].identity(), lzma_margin) for k in unparsed]
         measured = [job.result() for job in [executor.submit(run_span, task) for task in tasks]]
     elif threads > 1 and len(unparsed) > 1:  # every read opens its own descriptor
-        with ThreadPoolExecutor(threads, thread_name_prefix="brevis-discovery") as pool:
+        with Threads(threads) as pool:
             measured = list(pool.map(lambda k: span_trials(spans[k].segment, spans[k].read, lzma_margin), unparsed))
     else:
         measured = [span_trials(spans[k].segment, spans[k].read, lzma_margin, threads) for k in unparsed]

@@ -14,12 +14,11 @@ import errno
 import fcntl
 import os
 import shutil
-import signal
 import stat
 import tempfile
-import threading
 from pathlib import Path
 
+from .. import interrupts
 from ..errors import IOFailure
 
 
@@ -64,7 +63,7 @@ def make_temp(parent: Path, name: str, folder: bool = False) -> tuple[Path, int]
     once the caller holds it.
     """
     prefix = temp_prefix(name)
-    held = _hold_signals()
+    held = interrupts.hold()
     path = fd = None
     try:
         while True:
@@ -84,9 +83,8 @@ def make_temp(parent: Path, name: str, folder: bool = False) -> tuple[Path, int]
                 break
             os.close(fd)
             path = fd = None
-        if held is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a pending Ctrl-C is raised here
-            held = None
+        interrupts.release(held)  # a pending Ctrl-C is raised here
+        held = None
         return path, fd
     except BaseException:
         if fd is not None:
@@ -95,15 +93,7 @@ def make_temp(parent: Path, name: str, folder: bool = False) -> tuple[Path, int]
             shutil.rmtree(path, ignore_errors=True) if folder else path.unlink(missing_ok=True)
         raise
     finally:
-        if held is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
-
-
-def _hold_signals():
-    """Block SIGINT and SIGTERM in the main thread; the previous mask, or None."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        interrupts.release(held)
 
 
 # The characters of mkstemp's 8 random ones (tempfile._RandomNameSequence).

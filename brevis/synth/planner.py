@@ -15,7 +15,6 @@ expansions (time is only a guard against pathological inputs).
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable
@@ -30,6 +29,7 @@ from ..dsl.reference import SubBase, XorBase
 from ..dsl.program import Program
 from ..dsl.types import BYTES, Field, Tensor
 from ..errors import InvalidArgument, NotApplicable, ProgramError
+from ..workers.pool import Threads
 from .estimates import leaf_estimate
 from .prior import Prior
 from .proposals import WORD_VIEWS, Value, _float_partition, halves, low_zeros
@@ -687,7 +687,7 @@ def _sizes(jobs: list[tuple[Program, list[np.ndarray]]], t: Field, threads: int)
     knows, on one core while the other waited)."""
     if threads < 2 or len(jobs) < 2:
         return [_coded(p, xs, t) for p, xs in jobs]
-    with ThreadPoolExecutor(min(threads, len(jobs)), thread_name_prefix="brevis-lzma-trial") as pool:
+    with Threads(min(threads, len(jobs))) as pool:
         return list(pool.map(lambda job: _coded(job[0], job[1], t), jobs))
 
 

@@ -11,6 +11,8 @@ import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 
+from .. import interrupts
+from ..interrupts import start_thread
 from .heap import keep_freed_memory
 from .processes import WATCH_THREAD, process_context
 
@@ -23,6 +25,7 @@ def worker_init(parent: int, ignore_interrupts: bool = True) -> None:
     if ignore_interrupts:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the CLI's handler
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, interrupts.INTERRUPTS)  # and the mask of the fork (WorkerProcesses)
     if sys.platform.startswith("linux"):
         try:
             import ctypes
@@ -75,11 +78,18 @@ class WorkerProcesses(ProcessPoolExecutor):
         self.closing = threading.Event()
         self.starter: threading.Thread | None = None
         if context.get_start_method() == "fork":
-            self.submit(warm_up)  # forks every worker now, before any thread of ours exists
+            # Forks every worker now, before any thread of ours exists, and
+            # starts the pool's own thread, which shutdown joins: neither
+            # may be cut short by an interrupt.
+            held = interrupts.hold()
+            try:
+                self.submit(warm_up)
+            finally:
+                interrupts.release(held)
         else:
             self.starter = threading.Thread(target=self._start, args=(workers,), name="brevis-start-workers",
                                             daemon=True)
-            self.starter.start()
+            start_thread(self.starter)
 
     def _start(self, workers: int) -> None:
         try:

@@ -20,6 +20,8 @@ import threading
 
 import numpy as np
 
+from ..interrupts import start_thread
+
 try:
     from ..native import _layout
 except ImportError:  # not built: ctypes
@@ -108,7 +110,11 @@ class Populating:
             except OSError:
                 pass
         self._thread = threading.Thread(target=self._run, args=(buffers,), name="brevis-populate", daemon=True)
-        self._thread.start()
+        try:
+            start_thread(self._thread)
+        except BaseException:  # interrupted: the thread runs, and its caller will not stop it
+            self.stop()
+            raise
 
     def _run(self, buffers: list[np.ndarray]) -> None:
         if _layout is not None:
