@@ -98,17 +98,16 @@ class Zstd(Coder):
         key = tuple(self._config.values())
         if key not in cache:
             c = self._config
-            params = zstandard.ZstdCompressionParameters.from_level(
-                c["level"],
-                strategy=c["strategy"] or 0,
-                window_log=c["window_log"] or 0,
-                hash_log=c["hash_log"] or 0,
-                chain_log=c["chain_log"] or 0,
-                min_match=c["min_match"] or 0,
-                write_content_size=True,
-                write_checksum=False,
-            )
-            cache[key] = zstandard.ZstdCompressor(compression_params=params)
+            # Only the parameters set: from_level takes a 0 it is given as
+            # "zstd's default", which is level 3's, whatever the level (until
+            # 2026-12-06 every level with no parameter set coded as level 3).
+            tuning = {k: c[k] for k in ("strategy", "window_log", "hash_log", "chain_log", "min_match") if c[k]}
+            if tuning:
+                params = zstandard.ZstdCompressionParameters.from_level(
+                    c["level"], **tuning, write_content_size=True, write_checksum=False)
+                cache[key] = zstandard.ZstdCompressor(compression_params=params)
+            else:  # the level as zstd defines it, fitted to each input's size
+                cache[key] = zstandard.ZstdCompressor(level=c["level"], write_content_size=True, write_checksum=False)
         return cache[key]
 
     def encode(self, x, t):

@@ -26,7 +26,7 @@ from brevis.dsl import (REGISTRY, Ans, SubBase, XorBase, Affine, BitFields, Byte
                         Lzma, PackBits, Partition, Program, Rank, Raw, Records, RowDedup, Sparse, Transpose, XorDelta,
                         View, ZigZag, Zstd, encode)
 from brevis.dsl.operator import Coder
-from brevis.dsl.types import Field, Tensor, tensor
+from brevis.dsl.types import BYTES, Field, Tensor, tensor
 from brevis.dtypes import DTYPES
 from brevis.errors import FormatError, NotApplicable, ProgramError
 from helpers import as_bytes, roundtrip
@@ -781,6 +781,30 @@ def test_config_roundtrips_through_json(prod):
 def test_zstd_configs_roundtrip_through_json(**config):
     p = Program.leaf(Zstd(**config))
     assert Program.from_json(json.loads(json.dumps(p.to_json()))) == p
+
+
+def test_zstd_codes_at_the_level_it_names():
+    # Until 2026-12-06 a level with no parameter set coded as level 3 (from_level
+    # took the zeros as zstd's defaults): a program's text must say what it did.
+    import zstandard
+
+    rng = np.random.default_rng(7)  # words of a Zipf law: what the higher levels' longer searches find more of
+    words = [bytes(rng.choice(list(b"abcdefghijklmnopqrstuvwxyz"), int(rng.integers(3, 10)))) for _ in range(2000)]
+    text = b" ".join(words[i] for i in np.minimum(rng.zipf(1.3, 6000), 2000) - 1)
+    x = np.frombuffer(text, np.uint8)
+    sizes = {}
+    for level in (1, 3, 9, 19):
+        data = Zstd.at_level(level).encode(x, BYTES)
+        assert data == zstandard.ZstdCompressor(level=level, write_content_size=True,
+                                                write_checksum=False).compress(text)
+        assert as_bytes(Zstd.at_level(level).decode(memoryview(data), len(x), BYTES)) == text
+        sizes[level] = len(data)
+    assert sizes[19] < sizes[3] < sizes[1]
+    # Parameters set override the level's, the rest stay the level's.
+    tuned = Zstd(level=19, strategy=0, window_log=10, hash_log=0, chain_log=0, min_match=0).encode(x, BYTES)
+    params = zstandard.ZstdCompressionParameters.from_level(19, window_log=10, write_content_size=True,
+                                                            write_checksum=False)
+    assert tuned == zstandard.ZstdCompressor(compression_params=params).compress(text)
 
 
 # ---- coders refuse streams of the wrong size
