@@ -54,9 +54,11 @@ WHOLE_TRIAL_BYTES = 1 << 20
 # within FAST_SLACK of the best it is taken.
 FAST_REFERENCE = (Program.op(SubBase(), Program.op(ZigZag(), TINY_ANS)), Program.op(XorBase(), TINY_ANS))
 FAST_SLACK = 0.005
-REPEATS = Program.leaf(Zstd.at_level(9))  # measured on small tensors against the plan's estimate
-WHOLE_TRIAL_PROGRAMS = tuple(Program.leaf(z) for z in (Zstd.entropy(), Zstd.at_level(3), Zstd.at_level(9),
-                                                       Zstd.at_level(19)))
+# Measured on small tensors against the plan's estimate. Level 3: these
+# trials named levels 9 and 19 but coded at level 3 until 2026-12-06 (see
+# coders.Zstd); honoured, they cost far more than they gained (BYTE_CODERS).
+REPEATS = Program.leaf(Zstd.at_level(3))
+WHOLE_TRIAL_PROGRAMS = (Program.leaf(Zstd.entropy()), Program.leaf(Zstd.at_level(3)))
 # ... and the bytes read as 2- or 4-byte words, their joint statistics
 # coded by ans (numbers in a format no parser knows; a shortcut taken on the
 # sample may have missed them).
@@ -74,8 +76,6 @@ TINY_WORDS_LEAST = 256
 # which the search finds on the pieces.
 PLANE_TRIALS = (Program.op(WORD_VIEWS[1], Program.op(BytePlanes(), *[TINY_ANS] * 4)),
                 Program.op(WORD_VIEWS[0], Program.op(BytePlanes(), TINY_ANS, TINY_ANS)))
-WHOLE_TRIAL_LEAST = (0, 0, 16 << 10, 64 << 10)  # bytes a span needs for each
-WHOLE_TRIAL_MOST = (1 << 62, 1 << 62, 1 << 62, WHOLE_TRIAL_BYTES)  # level 19 only where it codes all of a span
 # ... and, in files no parser knows, LZMA: with xz's literal context, the
 # one its manual gives for text (lc = 4, pb = 0) or a 4-byte word's lane as
 # context (lp = pb = 2: floats at any alignment), the best of the three on
@@ -584,11 +584,11 @@ def _measured(seg: SegmentInfo, found: Program, stats: dict, lzma: bool, lzma_ma
     """A byte span's program by measurement on all of it (up to 1 MiB), or
     on two windows of up to 1 MiB (a chunk's worth), centred at a third and
     two thirds of a longer span and coded apart: the one the search found
-    on the sample, a zstd level, or the bytes read as words; and, where
-    `lzma`, LZMA (_lzma_trial) where it is `lzma_margin` smaller. A sample
-    shows a coder's order-0 statistics but not the repeats a long window
-    finds (strings, tables, copies of arrays, zero runs), which decide
-    between levels. `threads`: _lzma_best's."""
+    on the sample, zstd (level 3 or its order-0 preset), or the bytes read
+    as words; and, where `lzma`, LZMA (_lzma_trial) where it is
+    `lzma_margin` smaller. A sample shows a coder's order-0 statistics but
+    not the repeats a long window finds (strings, tables, copies of arrays,
+    zero runs), which decide between them. `threads`: _lzma_best's."""
     if seg.length <= WHOLE_TRIAL_BYTES:
         pieces = [np.frombuffer(seg.read(0, seg.length), dtype=np.uint8)]
     else:  # two windows apart, each coded on its own, as chunks are
@@ -597,11 +597,7 @@ def _measured(seg: SegmentInfo, found: Program, stats: dict, lzma: bool, lzma_ma
                   for c in (seg.length // 3, 2 * seg.length // 3)]
     scale = seg.length / sum(len(x) for x in pieces)
     best, best_size = found, None
-    # The higher levels only on spans long enough for their window to pay
-    # (a level-19 context costs milliseconds to set up).
-    trials = [p for p, least, most in zip(WHOLE_TRIAL_PROGRAMS, WHOLE_TRIAL_LEAST, WHOLE_TRIAL_MOST)
-              if least <= seg.length <= most] + list(WORD_TRIALS)
-    for program in [found] + trials:
+    for program in [found, *WHOLE_TRIAL_PROGRAMS, *WORD_TRIALS]:
         size = _coded(program, pieces, seg.t)
         if size is not None and (best_size is None or size < best_size):
             best, best_size = program, size
