@@ -3,13 +3,15 @@ taking turns (A, B, A, B, ...): what a one-shot decompression (or
 compression) costs each, on a host whose speed moves by a fifth within
 minutes, where runs made apart cannot be compared (issues 14 and 18).
 
-    python benchmarks/ab.py REV_A REV_B [CORPUS] --items a,b [--runs 10] [--threads 2] [--mode unpack]
+    python benchmarks/ab.py REV_A REV_B [CORPUS] --items a,b [--runs 10] [--threads 2] [--mode unpack] [--own-archives]
                                                              [--mode decompress | compress]
 
 A revision is a git revision of this repository, checked out into a
 temporary worktree with its extensions built there (`setup.py build_ext
 --inplace`, a minute or so), or `.`: this checkout as it is. Each item's
-archive is made once, by REV_A (B must read A's archives). A run is a fresh
+archive is made once, by REV_A (B must read A's archives), or, with
+--own-archives, by each side for itself (a change of format, which an older
+revision cannot read or a newer one would not write). A run is a fresh
 Python in the revision's tree, importing what the harness's worker imports
 before its clock (benchmarks/worker.py), then timing one call: `unpack`,
 brevis.unpack on the archive read into memory beforehand, as the harness's
@@ -92,15 +94,16 @@ def run_once(tree: Path, mode: str, archive: Path, threads: int, out: Path) -> t
     return found[1] - found[0], digest
 
 
-def race(trees: tuple[Path, Path], mode: str, archive: Path, runs: int, threads: int,
+def race(trees: tuple[Path, Path], mode: str, archives: tuple[Path, Path], runs: int, threads: int,
          out: Path) -> tuple[list[float], list[float], set]:
-    """Each side's seconds over `runs` turns, A then B in each, and the
-    archives' digests they wrote (compress; else none)."""
+    """Each side's seconds over `runs` turns, A then B in each (side k
+    reading archives[k]), and the archives' digests they wrote (compress;
+    else none)."""
     times: tuple[list[float], list[float]] = ([], [])
     digests: set = set()
     for _ in range(runs):
         for side, tree in enumerate(trees):
-            seconds, digest = run_once(tree, mode, archive, threads, out)
+            seconds, digest = run_once(tree, mode, archives[side], threads, out)
             times[side].append(seconds)
             if digest is not None:
                 digests.add(digest)
@@ -119,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("rev_a")
     ap.add_argument("rev_b")
+    ap.add_argument("--own-archives", action="store_true",
+                    help="unpack/decompress: each side reads the archive its own revision wrote (a change of "
+                         "format), not A's")
     one_shot_options(ap)
     args = ap.parse_args(argv)
     if args.runs < 1:
@@ -141,20 +147,29 @@ def main(argv: list[str] | None = None) -> int:
                   + (" archives |" if compressing else ""))
             print("|---|---|---|---|" + ("---|" if compressing else ""))
             for item in items:
-                archive = args.corpus / item if compressing else tmp / f"{item}.brv"  # what each run reads
-                if not compressing:
-                    p = subprocess.run([sys.executable, "-c", COMPRESS, str(trees[0]), str(args.corpus / item),
-                                        str(archive)], capture_output=True, text=True, cwd=trees[0])
+                # What each side's runs read: the item, A's archive of it, or (--own-archives) each its own.
+                if compressing:
+                    archives = (args.corpus / item,) * 2
+                elif args.own_archives:
+                    archives = (tmp / f"{item}-a.brv", tmp / f"{item}-b.brv")
+                else:
+                    archives = (tmp / f"{item}.brv",) * 2
+                for rev, tree, archive in zip((args.rev_a, args.rev_b), trees, archives):
+                    if compressing or archive.exists():
+                        continue
+                    p = subprocess.run([sys.executable, "-c", COMPRESS, str(tree), str(args.corpus / item),
+                                        str(archive)], capture_output=True, text=True, cwd=tree)
                     if p.returncode:
-                        raise Failed(f"{args.rev_a} cannot compress {item}: {p.stderr.strip()[-500:]}")
+                        raise Failed(f"{rev} cannot compress {item}: {p.stderr.strip()[-500:]}")
                 out = Path(tempfile.mkdtemp(prefix="brevis-ab-out-", dir=args.out_dir))
                 try:
-                    a, b, digests = race((trees[0], trees[1]), args.mode, archive, args.runs, args.threads, out)
+                    a, b, digests = race((trees[0], trees[1]), args.mode, archives, args.runs, args.threads, out)
                 finally:
                     shutil.rmtree(out, ignore_errors=True)
                 print(row(item, a, b, digests if compressing else None), flush=True)
                 if not compressing:
-                    archive.unlink()
+                    for archive in set(archives):
+                        archive.unlink()
         except Failed as e:
             print(f"ab: {e}", file=sys.stderr)
             return 2

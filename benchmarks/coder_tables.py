@@ -294,10 +294,12 @@ def _stored(obj: dict) -> int:
 
 def index_costs(index_json: bytes) -> dict:
     """The index re-compressed as it is, with every segment's programs
-    emptied, and without the prior (counts and learned programs)."""
+    emptied (and the program table, format version 9 on), and without the
+    prior (counts and learned programs)."""
     obj = json.loads(index_json)
     out = {"index_json": len(index_json), "recompressed": _stored(obj)}
     out["without_prior"] = _stored({k: v for k, v in obj.items() if k != "prior"})
+    obj.pop("programs", None)
     for f in obj["files"]:
         for seg in f["segments"]:
             seg["programs"] = []

@@ -14,6 +14,7 @@ folder unless --force is given (only ever for a version not yet released).
     python scripts/make_golden.py --version v6     # the `view` operator
     python scripts/make_golden.py --version v7     # chunks checked with XXH3-128
     python scripts/make_golden.py --version v8     # gathered tensors
+    python scripts/make_golden.py --version v9     # the index's program table (v8's source)
     python scripts/make_golden.py --productions   # tests/golden/v1/productions/<id>.json
 
 The source folder is deterministic: a safetensors file with one tensor per
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import functools
 import json
 import os
 import shutil
@@ -182,7 +184,7 @@ def build_source_view(root: Path) -> None:
         (root / d).mkdir(parents=True, exist_ok=True)
 
 
-def build_source_members(root: Path) -> None:
+def build_source_members(root: Path, version: str = "v8") -> None:
     """Version 8 (gathered tensors): a safetensors file whose small F32 and
     BF16 tensors (biases, norms, scales, a scalar) are gathered, by dtype,
     beside a weight too large to gather, an empty tensor and a norm
@@ -202,7 +204,7 @@ def build_source_members(root: Path) -> None:
     tensors["empty"] = ("F32", [0], b"")
     shared = (1 + rng.standard_normal(48) * 0.05).astype(np.float32).tobytes()
     tensors["final.norm"] = ("F32", [48], shared)
-    write_safetensors(root / "model.safetensors", tensors, {"format": "pt", "golden": "v8"})
+    write_safetensors(root / "model.safetensors", tensors, {"format": "pt", "golden": version})
     write_safetensors(root / "head.safetensors", {
         "final.norm": ("F32", [48], shared),
         "head.bias": ("F32", [10], (rng.standard_normal(10) * 0.01).astype(np.float32).tobytes()),
@@ -690,8 +692,10 @@ def main() -> None:
     source = out / "source"
     source.mkdir(parents=True)
     number = int(args.version.lstrip("v") or 1)
-    (build_source_members if number >= 8 else build_source_view if number >= 6 else build_source_lzma if number >= 5 else build_source_wide if number >= 4 else
-     build_source_gathered if number >= 3 else build_source)(source)
+    build = (functools.partial(build_source_members, version=args.version) if number >= 8
+             else build_source_view if number >= 6 else build_source_lzma if number >= 5
+             else build_source_wide if number >= 4 else build_source_gathered if number >= 3 else build_source)
+    build(source)
     # Small chunks, so that tensors span several; from v4 on 128 KiB, so that a
     # chunk holds a wide block (2**16 values or more).
     summary = brevis.compress([source], out / "archive.brv", threads=1, chunk_bytes=1 << 17 if number >= 4 else 4096)

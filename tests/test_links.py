@@ -67,7 +67,7 @@ def test_archives_are_the_newest_format_version_with_or_without_links(tmp_path):
     brevis.compress([repo], tmp_path / "links.brv")
     brevis.compress([repo / "blobs"], tmp_path / "plain.brv")
     version = lambda p: HEADER.unpack(p.read_bytes()[:HEADER_SIZE])[1]  # noqa: E731
-    assert version(tmp_path / "links.brv") == VERSION == 8
+    assert version(tmp_path / "links.brv") == VERSION == 9
     assert version(tmp_path / "plain.brv") == VERSION
     _, index = split((tmp_path / "plain.brv").read_bytes())
     assert "links" not in index  # archives without links keep the version 1 index

@@ -14,6 +14,7 @@ from that declaration (see schema.py).
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,9 +23,9 @@ from ..dsl.program import Program
 from ..dsl.types import BYTES, Field as ValueType, tensor
 from ..dtypes import DType
 from .format import MAX_CHUNK_BYTES
-from .schema import (DIGEST_BYTES, Check, DTypeName, Field, Hex, Int, Let, List, Members, Obj, Path, Programs, Ranges,
-                     Record, Run, SearchKind, Shape, Str, check_path, dumper, is_hex, is_int, parser, paused_gc,
-                     placements)
+from .schema import (DIGEST_BYTES, Check, DTypeName, Field, Hex, Int, Let, List, Members, Obj, Path, Programs,
+                     ProgramTable, Ranges, Record, Run, SearchKind, Shape, Str, check_path, dumper, is_hex, is_int,
+                     parser, paused_gc, placements)
 
 __all__ = ["DIGEST_BYTES", "Chunk", "SegmentEntry", "FileEntry", "TensorRef", "LinkEntry", "Index", "SearchKind",
            "check_path", "is_int", "is_hex", "INDEX", "pieces"]
@@ -219,7 +220,26 @@ class Index:
 
     # ------------------------------------------------------------ JSON
     def to_json(self) -> dict:
-        return _dump_index(self)
+        """The index's JSON value: every distinct program once, in the
+        program table (format version 9), each segment naming its own by
+        number there."""
+        obj = _dump_index(self)
+        table: list = []
+        numbers: dict[str, int] = {}
+        for f in obj["files"]:
+            for s in f["segments"]:
+                refs = []
+                for p in s["programs"]:
+                    key = json.dumps(p, separators=(",", ":"))  # as it will be written
+                    if key not in numbers:
+                        numbers[key] = len(table)
+                        table.append(p)
+                    refs.append(numbers[key])
+                s["programs"] = refs
+        # In the order of INDEX's fields: the table before the files that name its entries.
+        at = list(obj).index("files")
+        items = list(obj.items())
+        return dict(items[:at] + [("programs", table)] + items[at:])
 
     @staticmethod
     def from_json(obj: Any, stream_start: int, stream_end: int) -> "Index":
@@ -285,10 +305,10 @@ SEGMENT = Record("segment", SegmentEntry, where='f"{file_path}: segment {segment
           "shape and length disagree"),
     Let("segment_itemsize", "segment_dtype.itemsize if segment_dtype else 1"),
     Let("segment_max_n", "MAX_CHUNK_BYTES // segment_itemsize"),
-    Field("programs", "programs", Programs("tensor(segment_dtype) if segment_dtype else BYTES"),
+    Field("programs", "programs", Programs("tensor(segment_dtype) if segment_dtype else BYTES", "index_programs"),
           doc="each must type-check against the segment's value (below, `segment_programs_peaks`: the bytes "
               "per element each needs to decode; `segment_programs_reference`: whether any codes against a base "
-              "tensor)"),
+              "tensor); where the index has a program table, each is the number of one of its entries"),
     Let("segment_count", "len(segment_programs)"),
     Field("chunks", "chunks", List(CHUNK), doc="in order"),
     Check("sum(c.n for c in segment_chunks) * segment_itemsize == segment_length",
@@ -375,6 +395,9 @@ INDEX = Record("index", Index, where='"index"', about="", doc="the index, at the
           doc="the production prior the programs were found with (informative)"),
     Field("base", "base", BASE_IDENTITY, default="None", null=True, doc="the base model, if any"),
     Field("dirs", "dirs", List(Path()), doc="folders to create (empty ones)"),
+    Field("programs", "programs", ProgramTable(), default="None", null=True, omit=True, keep=False,
+          doc="the program table (format version 9 on): every distinct program of the "
+              "segments, once; absent: each segment holds its programs themselves"),
     Field("files", "files", List(FILE), doc="the files"),
     Field("links", "links", List(LINK), default="[]", omit=True, doc="symbolic links (absent: none)"),
     Field("series", "series", SERIES, default="None", null=True, omit=True,

@@ -436,15 +436,45 @@ CRAFTED = {
     "bad digest": _segment(lambda s: s["chunks"][0].__setitem__(3, "zz" * 16)),
     "short digest": _segment(lambda s: s["chunks"][0].__setitem__(3, "00")),
     "malformed chunk": _segment(lambda s: s["chunks"].__setitem__(0, [0, 1])),
-    "unknown production": _segment(lambda s: s["programs"].__setitem__(0, ["nope", {}])),
-    "self in config": _segment(lambda s: s["programs"].__setitem__(0, ["raw", {"self": 1}])),
-    "ill-typed program": _segment(lambda s: s["programs"].__setitem__(0, ["pack_bits", {}, [["raw", {}]]])),
-    "program as string": _segment(lambda s: s["programs"].__setitem__(0, "raw")),
-    "deep program": _segment(lambda s: s["programs"].__setitem__(0, json.loads(
-        '["byte_planes",{},[' * 40 + '["raw",{}]' + ']]' * 40))),
+    "table not a list": _set(["programs"], {"0": ["raw", {}]}),
+    "program number outside the table": _segment(lambda s: s["programs"].__setitem__(0, 1 << 20)),
+    "negative program number": _segment(lambda s: s["programs"].__setitem__(0, -1)),
+    "program number as bool": _segment(lambda s: s["programs"].__setitem__(0, False)),
+    "program beside a table": _segment(lambda s: s["programs"].__setitem__(0, ["raw", {}])),
     "missing key": lambda i: i.pop("dirs"),
     "created_by not a string": _set(["created_by"], 1),
 }
+
+# A segment's first program, written wrong: in the program table (format
+# version 9) and, the table undone, in the segment itself (versions 1 to 8).
+BAD_PROGRAMS = {
+    "unknown production": ["nope", {}],
+    "self in config": ["raw", {"self": 1}],
+    "ill-typed program": ["pack_bits", {}, [["raw", {}]]],
+    "program as string": "raw",
+    "deep program": json.loads('["byte_planes",{},[' * 40 + '["raw",{}]' + ']]' * 40),
+}
+
+
+def _inline(index):
+    """The index as versions 1 to 8 write it: each segment's programs in it, no table."""
+    table = index.pop("programs")
+    for f in index["files"]:
+        for s in f["segments"]:
+            s["programs"] = [table[k] for k in s["programs"]]
+
+
+def _in_table(bad):
+    return lambda i: i["programs"].__setitem__(tensor_segment(i)["programs"][0], bad)
+
+
+def _in_segment(bad):
+    return lambda i: _inline(i) or tensor_segment(i)["programs"].__setitem__(0, bad)
+
+
+for _name, _bad in BAD_PROGRAMS.items():
+    CRAFTED[f"{_name} (table)"] = _in_table(_bad)
+    CRAFTED[f"{_name} (in the segment)"] = _in_segment(_bad)
 
 
 @pytest.mark.parametrize("name", sorted(CRAFTED))
