@@ -62,6 +62,28 @@ def test_round_trip_golden():
     _round_trip(GOLDEN, same_bytes=False)
 
 
+def test_each_program_is_written_once(archive):
+    """The program table (format version 9) holds each distinct program once,
+    segments name theirs by number; the same index written as versions 1 to
+    8 wrote it (programs in their segments, no table) reads the same."""
+    with ArchiveReader(archive) as reader:
+        index, obj, end = reader.index, json.loads(_raw_index(reader)), reader.footer.index_offset
+    table = obj["programs"]
+    assert list(obj).index("programs") < list(obj).index("files")
+    texts = [json.dumps(p) for p in table]
+    assert len(set(texts)) == len(texts)
+    named = [k for f in obj["files"] for s in f["segments"] for k in s["programs"]]
+    assert all(type(k) is int for k in named) and set(named) == set(range(len(table)))
+    assert len(named) > len(table)  # segments share programs: the table saves their repeats
+    inline = json.loads(json.dumps(obj))
+    del inline["programs"]
+    for f in inline["files"]:
+        for s in f["segments"]:
+            s["programs"] = [table[k] for k in s["programs"]]
+    assert Index.from_json(inline, HEADER_SIZE, end) == index
+    assert len(json.dumps(obj)) < len(json.dumps(inline))
+
+
 def test_round_trip_of_the_writers_index(tmp_path, monkeypatch):
     """The index as the encoder built it (search kinds as enums, streams as
     tuples) equals the one read back."""
