@@ -14,7 +14,6 @@ from that declaration (see schema.py).
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,17 +224,17 @@ class Index:
         number there."""
         obj = _dump_index(self)
         table: list = []
-        numbers: dict[str, int] = {}
-        for f in obj["files"]:
-            for s in f["segments"]:
+        numbers: dict[Program, int] = {}  # equal programs write the same JSON
+        for f, f_obj in zip(self.files, obj["files"]):
+            for s, s_obj in zip(f.segments, f_obj["segments"]):
                 refs = []
-                for p in s["programs"]:
-                    key = json.dumps(p, separators=(",", ":"))  # as it will be written
-                    if key not in numbers:
-                        numbers[key] = len(table)
-                        table.append(p)
-                    refs.append(numbers[key])
-                s["programs"] = refs
+                for program, value in zip(s.programs, s_obj["programs"]):
+                    k = numbers.get(program)
+                    if k is None:
+                        k = numbers[program] = len(table)
+                        table.append(value)
+                    refs.append(k)
+                s_obj["programs"] = refs
         # In the order of INDEX's fields: the table before the files that name its entries.
         at = list(obj).index("files")
         items = list(obj.items())
