@@ -73,8 +73,8 @@ def markdown(res: dict) -> str:
         "reused. Brevis, which has no bytes-in API for compression: compression is `brevis.compress` from the "
         "files (in the page cache) to an archive on tmpfs, fsync included (so it equals file to file on "
         "tmpfs); decompression is `brevis.unpack` on the archive's bytes (read into memory before the clock): "
-        "one buffer per file, on N threads, every chunk's digest checked (XXH3-128 in the format version 8 "
-        "Brevis writes) and its streams' checks (XXH3-64) where it fails, to name the damaged stream (from "
+        "one buffer per file, on N threads, every chunk's digest checked (XXH3-128 from format "
+        "version 7 on) and its streams' checks (XXH3-64) where it fails, to name the damaged stream (from "
         "7e633dc on; before it, every stream's check too), no file written.",
         "- **file to file** on tmpfs and on disk: inputs read from the files (in the page cache), outputs "
         "written as files and fsync'ed before the clock stops (every codec; Brevis's compress fsyncs "
