@@ -30,11 +30,11 @@ CODERS = (Raw(), Zstd.entropy(), Zstd.at_level(3), Ans())
 # Opaque bytes: no `ans` at the root. Its order-0 statistics look as good
 # as zstd's on a sample, which is too short to show the repeats (strings,
 # zero runs, copies) that decide for zstd on the whole span; typed values
-# (fields, tensors found in the bytes) get it. No higher zstd level: where
-# level 9 or 19 (honoured since 2026-12-06) coded a span smaller, by 0.1 %
-# on gemma3 and smollm2's GGUF and 0.4 % on silero, compression took 1.3-2.3x
-# as long (benchmarks/results/ab-b5074ac-221a4e0-zstd-levels.md); LZMA is
-# tried where a span's repeats pay more.
+# (fields, tensors found in the bytes) get it. No higher zstd level: levels
+# 9 and 19 (honoured since 2026-12-06) made archives 0.00-0.39 % smaller
+# (0.1 % on gemma3's and smollm2's GGUF, 0.4 % on silero) and compression
+# 1.03-2.34x as long (benchmarks/results/ab-b5074ac-221a4e0-zstd-levels.md);
+# LZMA is tried where a span's repeats pay more.
 BYTE_CODERS = (Raw(), Zstd.entropy(), Zstd.at_level(3))
 NIBBLES = BitFields(groups=[[[4, 4]], [[0, 4]]])
 WORD_VIEWS = (Records(fields=[[1, 2]]), Records(fields=[[1, 4]]))
