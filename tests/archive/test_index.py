@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from brevis.archive import schema
-from brevis.archive.format import HEADER_SIZE
+from brevis.archive.format import HEADER_SIZE, PROGRAM_TABLE_VERSION, VERSION
 from brevis.archive.index import INDEX, Index
 from brevis.archive.reader import ArchiveReader
 from brevis.archive.schema import SearchKind, search_kind
@@ -68,6 +68,7 @@ def test_each_program_is_written_once(archive):
     8 wrote it (programs in their segments, no table) reads the same."""
     with ArchiveReader(archive) as reader:
         index, obj, end = reader.index, json.loads(_raw_index(reader)), reader.footer.index_offset
+        assert reader.version == VERSION >= PROGRAM_TABLE_VERSION
     table = obj["programs"]
     assert list(obj).index("programs") < list(obj).index("files")
     texts = [json.dumps(p) for p in table]
