@@ -536,14 +536,11 @@ def programs(values: list, t, cache: dict, where, table: list | None = None
             if type(i) is not int or not 0 <= i < len(table):
                 raise FormatError(f"{where()}: names no program of the table: {str(i)[:40]}")
         key = (tuple(values), id(t))
-        hit = cache.get(key)
-        if hit is None:
-            hit = cache[key] = _programs([table[i] for i in values], t, cache, where)
-        return list(hit[0]), hit[1], hit[2], hit[3]
-    key = (marshal.dumps(values, 2), id(t))
+    else:
+        key = (marshal.dumps(values, 2), id(t))
     hit = cache.get(key)
     if hit is None:
-        hit = cache[key] = _programs(values, t, cache, where)
+        hit = cache[key] = _programs(values if table is None else [table[i] for i in values], t, cache, where)
     return list(hit[0]), hit[1], hit[2], hit[3]
 
 
