@@ -312,7 +312,8 @@ static PyObject *records_call(PyObject *whole, PyObject *wo, PyObject *po, int w
             PyErr_SetString(PyExc_ValueError, "part j must hold widths[j] bytes a record");
             goto release;
         }
-        if (!weave && (uint8_t *)pb[held].buf < (uint8_t *)rb.buf + rb.len && (uint8_t *)rb.buf < (uint8_t *)pb[held].buf + pb[held].len) {
+        /* either way the one written must not lie over the other */
+        if ((uint8_t *)pb[held].buf < (uint8_t *)rb.buf + rb.len && (uint8_t *)rb.buf < (uint8_t *)pb[held].buf + pb[held].len) {
             held++;
             PyErr_SetString(PyExc_ValueError, "a part must not overlap the records");
             goto release;

@@ -101,6 +101,8 @@ def test_weave_and_unweave_refuse_parts_that_do_not_fit():
             delta._layout.unweave(dst, widths, parts)
     with pytest.raises(ValueError):  # a part over the records it is taken from
         delta._layout.unweave(whole, [1, 3], [whole[:10], np.zeros(30, np.uint8)])
+    with pytest.raises(ValueError):  # ... or put back into
+        delta._layout.weave([whole[:10], np.zeros(30, np.uint8)], [1, 3], whole)
     with pytest.raises(BufferError):  # records that cannot be written
         delta._layout.weave(two, [1, 3], bytes(40))
 
