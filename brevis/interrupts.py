@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from contextlib import contextmanager
 
 INTERRUPTS = frozenset({signal.SIGINT, signal.SIGTERM})
 
@@ -29,6 +30,17 @@ def release(held: set[signal.Signals] | None) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
+@contextmanager
+def held():
+    """hold() for the block's length, release() after it (a signal that
+    came meanwhile raised there); gives hold()'s previous mask."""
+    previous = hold()
+    try:
+        yield previous
+    finally:
+        release(previous)
+
+
 def start_thread(thread: threading.Thread) -> None:
     """thread.start(), which an interrupt cannot leave half done.
 
@@ -38,16 +50,13 @@ def start_thread(thread: threading.Thread) -> None:
     it would fail in turn. Held back, the interrupt is raised here once the
     thread is joinable. The thread itself runs with the caller's mask, not
     the held one: processes it starts must not inherit blocked signals."""
-    held = hold()
-    if held is not None:
-        run = thread.run
+    with held() as previous:
+        if previous is not None:
+            run = thread.run
 
-        def run_unheld() -> None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
-            run()
+            def run_unheld() -> None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+                run()
 
-        thread.run = run_unheld
-    try:
+            thread.run = run_unheld
         thread.start()
-    finally:
-        release(held)

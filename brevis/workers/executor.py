@@ -81,11 +81,8 @@ class WorkerProcesses(ProcessPoolExecutor):
             # Forks every worker now, before any thread of ours exists, and
             # starts the pool's own thread, which shutdown joins: neither
             # may be cut short by an interrupt.
-            held = interrupts.hold()
-            try:
+            with interrupts.held():
                 self.submit(warm_up)
-            finally:
-                interrupts.release(held)
         else:
             self.starter = threading.Thread(target=self._start, args=(workers,), name="brevis-start-workers",
                                             daemon=True)
