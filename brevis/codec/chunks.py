@@ -373,19 +373,21 @@ class WriteInPlace:
     def close(self, fd: int) -> None:
         os.close(fd)
 
-    def read_back(self, parts: list[tuple[int, int, int]], length: int) -> bytes:
-        """The bytes put at these pieces (pieces(): offset in the file, in
-        the chunk, length), in order: a repeated chunk's source."""
+    def open_to_read(self) -> int:
+        """The staged file, open for read_back (closed by close)."""
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            return os.open(self.path, os.O_RDONLY)
         except OSError as e:
             raise io_failure(e, f"cannot read {self.shown}") from None
+
+    def read_back(self, fd: int, parts: list[tuple[int, int, int]], length: int) -> bytes:
+        """The bytes put at these pieces (pieces(): offset in the file, in
+        the chunk, length), in order, from the staged file open as `fd`
+        (open_to_read): a repeated chunk's source."""
         try:
             data = b"".join(read_up_to(fd, at, n) for at, _, n in parts)
         except OSError as e:
             raise io_failure(e, f"cannot read {self.shown}") from None
-        finally:
-            os.close(fd)
         if len(data) != length:
             raise IOFailure(f"{self.shown} shrank while being written")
         return data
@@ -452,12 +454,14 @@ class IntoMemory:
         memoryview(data)[offset: offset + len(chunk)] = memoryview(chunk).cast("B")
         return None
 
-    def read_back(self, parts: list[tuple[int, int, int]], length: int) -> np.ndarray:
+    open_to_read = open
+
+    def read_back(self, data: np.ndarray, parts: list[tuple[int, int, int]], length: int) -> np.ndarray:
         """The bytes put at these pieces, in order (a view where one)."""
         if len(parts) == 1:
             at, _, n = parts[0]
-            return self.data[at:at + n]
-        return np.concatenate([self.data[at:at + n] for at, _, n in parts])
+            return data[at:at + n]
+        return np.concatenate([data[at:at + n] for at, _, n in parts])
 
     def put_pieces(self, data: np.ndarray, chunk, parts) -> None:
         """A chunk's pieces (pieces(): offset in the file, in the chunk,
@@ -875,15 +879,27 @@ def copy_repeats(decoder: ChunkDecoder, sink_of: Callable[[int], Sink], repeats:
     repeat's: the bytes are checked."""
     index = decoder.reader.index
     done = 0
-    for (i, s, c), (fi, fs, fstart, start) in repeats:
-        seg = index.files[i].segments[s]
-        length = seg.chunks[c].n * seg.itemsize
-        data = sink_of(fi).read_back(pieces(decoder.placements(fi)[fs], fstart, length), length)
-        sink = sink_of(i)
-        handle = sink.open()
-        try:
+    # Each file opened once for all the repeats, to read and to write, not
+    # twice a chunk (benchmarks/ab.py, decompress to tmpfs, 24 fresh
+    # processes each, mean: silero, 32 repeated chunks, 42 % of its bytes,
+    # 8.84 -> 8.41 ms; fracast, one, 4.30 -> 4.02; flan-t5 0.989). The
+    # kernel's copy (copy_file_range) instead of reading back and writing
+    # was measured too: no faster on silero, flan-t5 1.04x slower.
+    readers: dict[int, tuple[Sink, object]] = {}
+    writers: dict[int, tuple[Sink, object]] = {}
+    try:
+        for (i, s, c), (fi, fs, fstart, start) in repeats:
+            seg = index.files[i].segments[s]
+            length = seg.chunks[c].n * seg.itemsize
+            if fi not in readers:
+                readers[fi] = (sink_of(fi), sink_of(fi).open_to_read())
+            if i not in writers:
+                writers[i] = (sink_of(i), sink_of(i).open())
+            (source, held), (sink, handle) = readers[fi], writers[i]
+            data = source.read_back(held, pieces(decoder.placements(fi)[fs], fstart, length), length)
             _put_all(sink, handle, [(seg.name, data, pieces(decoder.placements(i)[s], start, length))])
-        finally:
+            done += length
+    finally:
+        for sink, handle in (*readers.values(), *writers.values()):
             sink.close(handle)
-        done += length
     return done
