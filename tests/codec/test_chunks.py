@@ -4,6 +4,8 @@ among those that do not."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -230,6 +232,29 @@ def test_repeated_chunks_decode_once_and_are_copied(repeated, tmp_path, monkeypa
     one = tmp_path / "one"
     brevis.decompress(archive, one, threads=threads, only=["c.safetensors"])
     assert (one / "c.safetensors").read_bytes() == (src / "c.safetensors").read_bytes()
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts this process's descriptors in /proc")
+def test_repeats_copied_a_batch_at_a_time_leave_no_file_open(repeated, tmp_path, monkeypatch):
+    """copy_repeats opens each file once for a batch of repeated chunks
+    and closes them all, also where a copy fails part way."""
+    from brevis.codec import chunks
+    from brevis.errors import IOFailure
+
+    src, archive = repeated
+    before = len(list(Path("/proc/self/fd").iterdir()))
+    brevis.decompress(archive, tmp_path / "out", threads=2)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == {p.name: p.read_bytes() for p in src.iterdir()}
+    assert len(list(Path("/proc/self/fd").iterdir())) == before
+
+    def fails(self, fd, parts, length):
+        raise IOFailure("cannot read it: no")
+
+    monkeypatch.setattr(chunks.WriteInPlace, "read_back", fails)
+    with pytest.raises(IOFailure, match="no"):
+        brevis.decompress(archive, tmp_path / "again", threads=1)
+    assert not (tmp_path / "again").exists()
+    assert len(list(Path("/proc/self/fd").iterdir())) == before
 
 
 def test_a_damaged_stream_shared_by_repeats_fails_the_first(repeated, tmp_path):

@@ -685,6 +685,25 @@ def test_narrow_blocks_decoded_together_agree_with_each_alone(bits_list, monkeyp
         assert np.array_equal(alone.view(x.dtype), x)
 
 
+def test_engines_on_many_threads_agree_with_one(monkeypatch):
+    """Calls on several threads at once, each with engines of three widths
+    (more arenas than the extension keeps between calls, taken and given
+    back under its lock): every value as one thread decodes it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    items = narrow_streams([8, 16, 24, 32, 5], SIZES, monkeypatch)
+
+    def decode(_):
+        outs = [np.empty(n * w, np.uint8) for _, n, w, _, _ in items]
+        assert entropy._rans.decode_streams([(s, n, w, b, o) for (s, n, w, b, _), o in zip(items, outs)]) is None
+        return outs
+
+    with ThreadPoolExecutor(6) as pool:
+        for outs in pool.map(decode, range(24)):
+            for (_, _, _, _, x), o in zip(items, outs):
+                assert np.array_equal(o.view(x.dtype), x)
+
+
 @pytest.mark.parametrize("bits_list", [[8], [16], [32], [12, 24]])
 def test_damaged_blocks_decoded_together_name_the_first_damaged_stream(bits_list, monkeypatch):
     """Flipped and cut streams among good ones: decode_streams names the
