@@ -1670,7 +1670,9 @@ typedef struct {
 } multi_t;
 
 /* Engines' arenas kept between calls, at most KEPT_ARENAS (taken and
- * given back under kept_lock: calls run on many threads without the GIL).
+ * given back under kept_lock: calls run on many threads without the GIL;
+ * tried, never waited for: a busy lock means a fresh arena, or one freed,
+ * and a child forked while another thread held it never hangs on it).
  * A fresh arena's tables fault their pages in as they are built (8 to 64
  * pages a slot), a kept one's are mapped already: a fresh process's first
  * unpack of fracast took 342 page faults, 189 with arenas kept
@@ -1685,8 +1687,7 @@ static PyThread_type_lock kept_lock = NULL;  /* made with the module */
 
 static uint64_t *arena_take(void) {
     uint64_t *arena = NULL;
-    if (kept_lock) {
-        PyThread_acquire_lock(kept_lock, WAIT_LOCK);
+    if (kept_lock && PyThread_acquire_lock(kept_lock, NOWAIT_LOCK)) {
         if (kept_count) arena = kept_arenas[--kept_count];
         PyThread_release_lock(kept_lock);
     }
@@ -1694,8 +1695,7 @@ static uint64_t *arena_take(void) {
 }
 
 static void arena_give(uint64_t *arena) {
-    if (arena && kept_lock) {
-        PyThread_acquire_lock(kept_lock, WAIT_LOCK);
+    if (arena && kept_lock && PyThread_acquire_lock(kept_lock, NOWAIT_LOCK)) {
         if (kept_count < KEPT_ARENAS) { kept_arenas[kept_count++] = arena; arena = NULL; }
         PyThread_release_lock(kept_lock);
     }
