@@ -885,21 +885,22 @@ def copy_repeats(decoder: ChunkDecoder, sink_of: Callable[[int], Sink], repeats:
     # 8.84 -> 8.41 ms; flan-t5, 16 of 1 MiB, 0.989). The kernel's copy
     # (copy_file_range) instead of reading back and writing was measured
     # too: no faster on silero, flan-t5 1.04x slower.
-    readers: dict[int, tuple[Sink, object]] = {}
-    writers: dict[int, tuple[Sink, object]] = {}
+    readers: dict[int, object] = {}  # file -> its sink's handle, open to read back
+    writers: dict[int, object] = {}  # file -> its sink's handle, open to put
     try:
         for (i, s, c), (fi, fs, fstart, start) in repeats:
             seg = index.files[i].segments[s]
             length = seg.chunks[c].n * seg.itemsize
+            source, sink = sink_of(fi), sink_of(i)
             if fi not in readers:
-                readers[fi] = (sink_of(fi), sink_of(fi).open_to_read())
+                readers[fi] = source.open_to_read()
             if i not in writers:
-                writers[i] = (sink_of(i), sink_of(i).open())
-            (source, held), (sink, handle) = readers[fi], writers[i]
-            data = source.read_back(held, pieces(decoder.placements(fi)[fs], fstart, length), length)
-            _put_all(sink, handle, [(seg.name, data, pieces(decoder.placements(i)[s], start, length))])
+                writers[i] = sink.open()
+            data = source.read_back(readers[fi], pieces(decoder.placements(fi)[fs], fstart, length), length)
+            _put_all(sink, writers[i], [(seg.name, data, pieces(decoder.placements(i)[s], start, length))])
             done += length
     finally:
-        for sink, handle in (*readers.values(), *writers.values()):
-            sink.close(handle)
+        for opened in (readers, writers):
+            for k, handle in opened.items():
+                sink_of(k).close(handle)
     return done
