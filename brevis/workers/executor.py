@@ -12,7 +12,6 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 from .. import interrupts
-from ..interrupts import start_thread
 from .heap import keep_freed_memory
 from .processes import WATCH_THREAD, process_context
 
@@ -86,7 +85,7 @@ class WorkerProcesses(ProcessPoolExecutor):
         else:
             self.starter = threading.Thread(target=self._start, args=(workers,), name="brevis-start-workers",
                                             daemon=True)
-            start_thread(self.starter)
+            interrupts.start_thread(self.starter)
 
     def _start(self, workers: int) -> None:
         try:
