@@ -121,6 +121,15 @@ def join(head: bytes, index) -> bytes:
     return head + stored + Footer(len(head), len(stored), len(raw), index_digest(stored, version)).pack()
 
 
+
+def inline_programs(index: dict) -> None:
+    """An index's JSON as versions 1 to 8 write it, in place: each
+    segment's programs in it, no program table."""
+    table = index.pop("programs")
+    for f in index["files"]:
+        for s in f["segments"]:
+            s["programs"] = [table[k] for k in s["programs"]]
+
 # ---------------------------------------------------------------- round trip
 def as_bytes(x: np.ndarray) -> bytes:
     """The exact bytes of an array: compare bit patterns, never float values."""

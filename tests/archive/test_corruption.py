@@ -19,7 +19,8 @@ import brevis
 from brevis.archive.format import FOOTER, FOOTER_SIZE, HEADER, HEADER_SIZE, VERSION, Footer, index_digest
 from brevis.archive.reader import ArchiveReader
 from brevis.errors import BrevisError, FormatError, TruncatedError, UnsupportedVersion
-from helpers import deadline, join, largest_stream, small_checkpoint, split, tree, write_safetensors
+from helpers import (deadline, inline_programs, join, largest_stream, small_checkpoint, split, tree,
+                     write_safetensors)
 
 
 
@@ -456,20 +457,12 @@ BAD_PROGRAMS = {
 }
 
 
-def _inline(index):
-    """The index as versions 1 to 8 write it: each segment's programs in it, no table."""
-    table = index.pop("programs")
-    for f in index["files"]:
-        for s in f["segments"]:
-            s["programs"] = [table[k] for k in s["programs"]]
-
-
 def _in_table(bad):
     return lambda i: i["programs"].__setitem__(tensor_segment(i)["programs"][0], bad)
 
 
 def _in_segment(bad):
-    return lambda i: _inline(i) or tensor_segment(i)["programs"].__setitem__(0, bad)
+    return lambda i: inline_programs(i) or tensor_segment(i)["programs"].__setitem__(0, bad)
 
 
 for _name, _bad in BAD_PROGRAMS.items():

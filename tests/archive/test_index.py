@@ -15,6 +15,7 @@ from brevis.archive.reader import ArchiveReader
 from brevis.archive.schema import SearchKind, search_kind
 from brevis.codec.encoder import compress
 from brevis.errors import FormatError
+from helpers import inline_programs
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "v1" / "archive.brv"
@@ -77,10 +78,7 @@ def test_each_program_is_written_once(archive):
     assert all(type(k) is int for k in named) and set(named) == set(range(len(table)))
     assert len(named) > len(table)  # segments share programs: the table saves their repeats
     inline = json.loads(json.dumps(obj))
-    del inline["programs"]
-    for f in inline["files"]:
-        for s in f["segments"]:
-            s["programs"] = [table[k] for k in s["programs"]]
+    inline_programs(inline)
     assert Index.from_json(inline, HEADER_SIZE, end) == index
     assert len(json.dumps(obj)) < len(json.dumps(inline))
 
