@@ -219,3 +219,70 @@ def test_runs_group_consecutive_items_by_bytes_and_count():
     assert list(runs(sizes, lambda n: n, 100, 3)) == [[3, 1, 5], [2, 2, 2], [9]]
     assert list(runs(sizes, lambda n: n, 0, 1)) == [[n] for n in sizes]  # one item a run
     assert list(runs([], lambda n: n, 4)) == []
+
+
+# ------------------------------------------------------------ the ring of shared memory
+def _outputs(*streams: bytes) -> list:
+    return [jobs.ChunkOutput(b"k", b"d", None, list(streams), [0] * len(streams), os.getpid())]
+
+
+def test_ring_slots_give_back_each_batchs_streams_in_place():
+    ring = shared.Ring(os.getpid(), 2, 64)
+    try:
+        first = shared.write_ring_or_batch(_outputs(b"abc", b"", b"x" * 40), os.getpid(), ring.place(0))
+        second = shared.write_ring_or_batch(_outputs(b"slot one"), os.getpid(), ring.place(1))
+        third = shared.write_ring_or_batch(_outputs(b"again slot zero"), os.getpid(), ring.place(2))
+        assert [type(b) for b in (first, second, third)] == [shared.RingBatch] * 3
+        assert (first.slot, second.slot, third.slot) == (0, 1, 0)
+        with shared.read_batch(second, ring) as outputs:
+            assert [bytes(s) for s in outputs[0][1]] == [b"slot one"]
+        with shared.read_batch(third, ring) as outputs:  # slot 0 again: the first batch's place
+            assert [bytes(s) for s in outputs[0][1]] == [b"again slot zero"]
+            assert outputs[0][0].streams is None
+    finally:
+        ring.close()
+    assert not os.path.exists(ring.name)
+
+
+def test_a_batch_larger_than_its_slot_or_without_a_ring_takes_a_file_of_its_own():
+    ring = shared.Ring(os.getpid(), 1, 16)
+    try:
+        big = shared.write_ring_or_batch(_outputs(b"y" * 10, b"z" * 10), os.getpid(), ring.place(0))
+        assert isinstance(big, shared.SharedBatch)
+        with shared.read_batch(big, ring) as outputs:
+            assert [bytes(s) for s in outputs[0][1]] == [b"y" * 10, b"z" * 10]
+    finally:
+        ring.close()
+    gone = shared.write_ring_or_batch(_outputs(b"late"), os.getpid(), ring.place(0))  # the run is over
+    assert isinstance(gone, shared.SharedBatch)
+    with shared.read_batch(gone) as outputs:
+        assert [bytes(s) for s in outputs[0][1]] == [b"late"]
+
+
+def test_ring_refused_where_shared_memory_cannot_hold_it(monkeypatch):
+    def full(fd, offset, length):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(shared, "_fallocate", full)
+    assert shared.Ring.open(os.getpid(), 4, 1 << 20) is None
+    assert not [n for n in os.listdir(shared.SHM_DIR) if n.startswith(os.path.basename(shared.shm_prefix(os.getpid())))]
+
+
+@pytest.mark.parametrize("ring", [True, False], ids=["ring", "files"])
+def test_worker_processes_with_and_without_a_ring_write_the_same_archive(source, tmp_path, monkeypatch, ring):
+    ref = archive_bytes(tmp_path, "inline", source, threads=1, chunk_bytes=256 << 10)
+    if not ring:
+        monkeypatch.setattr(encoder.Ring, "open", classmethod(lambda cls, *a: None))
+    kinds = set()
+
+    def read_batch(result, ring=None):
+        kinds.add(type(result))
+        return shared.read_batch(result, ring)
+
+    monkeypatch.setattr(encoder, "read_batch", read_batch)
+    out = tmp_path / "procs.brv"
+    encoder.compress([source], out, threads=2, processes=True, batch_bytes=1 << 20, chunk_bytes=256 << 10)
+    assert out.read_bytes() == ref
+    assert kinds == {shared.RingBatch if ring else shared.SharedBatch}
+    prefix = os.path.basename(shared.shm_prefix(os.getpid()))
+    assert not [n for n in os.listdir(shared.SHM_DIR) if n.startswith(prefix)]  # the ring removed

@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import time
 from concurrent.futures import Executor
@@ -37,8 +38,8 @@ from ..archive.writer import ArchiveWriter
 from ..errors import BrevisError, InvalidArgument
 from ..workers import Workers, open_workers
 from ..workers.processes import broken_pool, ours
-from ..workers.shared import read_batch, release_batch
-from ..workers.tasks import ChunkTask, run_chunks, run_chunks_shared
+from ..workers.shared import Ring, read_batch, release_batch
+from ..workers.tasks import ChunkTask, run_chunks, run_chunks_ring, run_chunks_shared
 from ..workers.pool import CHUNK_BYTES, Pool, ordered_pairs, runs
 from ..workers.heap import keep_freed_memory
 from ..fs.sources import Source, collect
@@ -123,6 +124,7 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
         prior = Prior.load(prior)
     planner = Planner(effort, prior)
     scanned: list = []  # closed on the way out, whatever happened
+    ring: Ring | None = None
     own_base = base is not None and not isinstance(base, Base)
     base_model = Base.open(base) if own_base else base
     pids: set[int] = set()
@@ -161,12 +163,19 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
             planned = plan_segments(files_plan, planner, pool, chunk_bytes, base_model, executor,
                                     2 * max(1, threads))
             chunks = (ref for ps in planned for ref in ps.chunks)
-            # Workers on this machine: streams come back through shared memory.
+            # Workers on this machine: streams come back through shared memory,
+            # a ring of slots where /dev/shm holds one (shared.py).
             shared = ours(executor) and executor.shared
-            run = functools.partial(run_chunks_shared, owner=os.getpid()) if shared else run_chunks
+            ring = Ring.open(os.getpid(), chunk_window, batch[0] + 2 * chunk_bytes) if shared else None
+            if ring is not None:
+                run, tasks_of = functools.partial(run_chunks_ring, owner=os.getpid()), _placed(ring)
+            elif shared:
+                run, tasks_of = functools.partial(run_chunks_shared, owner=os.getpid()), _tasks
+            else:
+                run, tasks_of = run_chunks, _tasks
             for refs, result in ordered_pairs(chunk_executor, run, _batches(chunks, *batch), chunk_window,
-                                              _tasks, release_batch):
-                with read_batch(result) as outputs:
+                                              tasks_of, release_batch):
+                with read_batch(result, ring) as outputs:
                     for ref, (chunk_output, streams) in zip(refs, outputs):
                         pids.add(chunk_output.pid)
                         assembler.add(ref, chunk_output, streams)
@@ -180,6 +189,8 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
         raise
     finally:
         own.shutdown()  # queued jobs are dropped; running ones are short
+        if ring is not None:
+            ring.close()
         for f in scanned:
             f.close()
         if own_base:
@@ -221,3 +232,10 @@ def _batches(chunks: Iterator[ChunkRef], max_bytes: int, max_chunks: int) -> Ite
 
 def _tasks(batch: list[ChunkRef]) -> list[ChunkTask]:
     return [ref.task() for ref in batch]
+
+
+def _placed(ring: Ring) -> Callable[[list[ChunkRef]], tuple]:
+    """The jobs of run_chunks_ring: batch k (in the order ordered_pairs
+    submits them) with slot k of the ring."""
+    count = itertools.count()
+    return lambda batch: (_tasks(batch), ring.place(next(count)))

@@ -8,6 +8,15 @@ a batch nobody will read is removed by `release_batch`. Measured: sending
 the streams themselves through the result pipe cost more than the second
 worker saved. The receiver's pid is in the file's name, so a later run
 removes what a killed one left (`remove_stale_batches`).
+
+Within a compress run the batches go to a `Ring` instead: one file of
+slots, allocated and mapped once by the receiver and once by each worker,
+batch k written to slot k mod slots (a batch too large for its slot, or a
+ring a worker cannot map, takes a file of its own as above). A file per
+batch paid, for every batch, its pages' allocation and zeroing where the
+worker wrote and their mapping where the receiver read: 231 MB of streams
+in batches of 4 MiB cost 0.28 s of CPU that way against 0.13 s through a
+ring (nomic's archive, one process playing both sides).
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from dataclasses import dataclass
 from ..errors import IOFailure
 
 SHM_DIR = "/dev/shm"
+_fallocate = getattr(os, "posix_fallocate", None)
 
 
 @dataclass
@@ -63,6 +73,113 @@ def write_batch(outputs: list, owner: int) -> SharedBatch:
     return SharedBatch(path, outputs)
 
 
+@dataclass
+class RingBatch:
+    """A batch's outputs (tasks.ChunkOutput), each with `spans` into slot
+    `slot` of the run's Ring and no `streams`."""
+    slot: int
+    outputs: list
+
+
+class Ring:
+    """`slots` slots of `slot_bytes` in one shared file, for a run's batches
+    (the receiver's side): created whole (posix_fallocate, so that a full
+    /dev/shm fails here with ENOSPC rather than as SIGBUS in a worker
+    writing to its mapping), mapped once, removed by `close`. The receiver
+    gives batch k `place(k)` and reads it with `read_batch` before batch
+    k + slots is given out (pool.ordered_pairs with a window of `slots`
+    does exactly that)."""
+
+    def __init__(self, owner: int, slots: int, slot_bytes: int):
+        import uuid
+
+        self.name = f"{shm_prefix(owner)}ring{uuid.uuid4().hex}"
+        self.slots, self.slot_bytes = slots, slot_bytes
+        size = slots * slot_bytes
+        fd = os.open(self.name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            if _fallocate is None:
+                raise OSError(f"no posix_fallocate to allocate {self.name}")
+            _fallocate(fd, 0, size)
+            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            self.map = mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ)
+        except BaseException:
+            os.unlink(self.name)
+            raise
+        finally:
+            os.close(fd)
+        self.view = memoryview(self.map)
+
+    @classmethod
+    def open(cls, owner: int, slots: int, slot_bytes: int) -> "Ring | None":
+        """A ring, or None where /dev/shm cannot hold one (batches then take files)."""
+        try:
+            return cls(owner, slots, slot_bytes)
+        except OSError:
+            return None
+
+    def place(self, k: int) -> tuple[str, int, int]:
+        """Where batch k goes: what a worker needs (write_ring_or_batch)."""
+        return self.name, k % self.slots, self.slot_bytes
+
+    def close(self) -> None:
+        self.view.release()
+        try:
+            self.map.close()
+        except BufferError:  # a stream still referenced: the mapping goes with it
+            pass
+        try:
+            os.unlink(self.name)
+        except FileNotFoundError:
+            pass
+
+
+RINGS_MAPPED = 4  # a worker keeps its mappings of the last rings it wrote to (runs at once share workers)
+_mapped: dict[str, mmap.mmap] = {}  # a worker's: ring name -> its mapping
+
+
+def _ring_map(name: str) -> mmap.mmap:
+    m = _mapped.get(name)
+    if m is not None:
+        return m
+    fd = os.open(name, os.O_RDWR)
+    try:
+        m = mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
+    finally:
+        os.close(fd)
+    _mapped[name] = m
+    if len(_mapped) > RINGS_MAPPED:  # the oldest ring: its run is over by now, or writes files
+        _mapped.pop(next(iter(_mapped))).close()
+    return m
+
+
+def write_ring_or_batch(outputs: list, owner: int, place: tuple[str, int, int]):
+    """Move the streams of `outputs` into their slot of the ring (Ring.place);
+    where they do not fit or the ring cannot be mapped, write_batch_or_keep."""
+    name, slot, slot_bytes = place
+    views = [[memoryview(x).cast("B") for x in o.streams] for o in outputs]
+    if sum(v.nbytes for vs in views for v in vs) > slot_bytes:
+        return write_batch_or_keep(outputs, owner)
+    try:
+        m = _ring_map(name)
+    except (OSError, ValueError):  # the run is over (its ring removed), or the file is not the ring's size
+        return write_batch_or_keep(outputs, owner)
+    if len(m) < (slot + 1) * slot_bytes:
+        return write_batch_or_keep(outputs, owner)
+    pos = 0
+    spans = []
+    base = slot * slot_bytes
+    for vs in views:
+        spans.append([])
+        for v in vs:
+            m[base + pos: base + pos + v.nbytes] = v
+            spans[-1].append((pos, v.nbytes))
+            pos += v.nbytes
+    for o, where in zip(outputs, spans):
+        o.spans, o.streams = where, None
+    return RingBatch(slot, outputs)
+
+
 def write_batch_or_keep(outputs: list, owner: int):
     """write_batch, or where /dev/shm is missing, full or too small (Docker
     gives 64 MiB by default), the outputs as they are: their streams then
@@ -74,10 +191,18 @@ def write_batch_or_keep(outputs: list, owner: int):
 
 
 @contextmanager
-def read_batch(result):
+def read_batch(result, ring: Ring | None = None):
     """(output, streams) of a batch's chunks: a list of ChunkOutput as it
-    is, or a SharedBatch whose streams are read in place from a mapping of
-    its file (unlinked at once); the streams are valid inside the block."""
+    is, a RingBatch whose streams are read in place from its slot of
+    `ring`, or a SharedBatch whose streams are read in place from a
+    mapping of its file (unlinked at once); the streams are valid inside
+    the block."""
+    if isinstance(result, RingBatch):
+        if ring is None:
+            raise AssertionError("a batch in a ring read without the ring")
+        base = result.slot * ring.slot_bytes
+        yield [(o, [ring.view[base + a: base + a + n] for a, n in o.spans]) for o in result.outputs]
+        return
     if not isinstance(result, SharedBatch):
         yield [(o, o.streams) for o in result]
         return

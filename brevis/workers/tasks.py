@@ -35,7 +35,7 @@ from ..errors import NotApplicable
 from ..archive.format import chunk_digest, stream_check
 from ..archive.index import pieces
 from ..fs.sources import read_at, read_pieces
-from .shared import SharedBatch, write_batch_or_keep
+from .shared import RingBatch, SharedBatch, write_batch_or_keep, write_ring_or_batch
 
 
 @dataclass(frozen=True)
@@ -264,3 +264,11 @@ def run_chunks_shared(tasks: list[ChunkTask], owner: int) -> SharedBatch:
     workers on this machine: only the small outputs cross the pipe (see
     shared.py; `owner` is the receiver's pid)."""
     return write_batch_or_keep(run_chunks(tasks), owner)
+
+
+def run_chunks_ring(job: tuple[list[ChunkTask], tuple[str, int, int]], owner: int) -> RingBatch | SharedBatch:
+    """A batch whose streams go back through its slot of the run's ring in
+    shared memory (job: the tasks and shared.Ring.place of the batch), or
+    where they do not fit, as run_chunks_shared's."""
+    tasks, place = job
+    return write_ring_or_batch(run_chunks(tasks), owner, place)
