@@ -81,6 +81,11 @@ PROCESS_MIN_BYTES = 8 << 20
 # speed while one thread searched).
 WORKER_BATCH_BYTES = 4 << 20
 WORKER_BATCH_CHUNKS = 64
+# A slot of the ring batches' streams come back through (shared.Ring): a
+# batch's bytes and two chunks' more (a batch ends past its bytes, and its
+# streams may outgrow what they code), at most this; a batch whose streams
+# do not fit takes a file of its own.
+RING_SLOT_MOST = 16 << 20
 
 
 def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, threads: int = 1,
@@ -166,7 +171,8 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
             # Workers on this machine: streams come back through shared memory,
             # a ring of slots where /dev/shm holds one (shared.py).
             shared = ours(executor) and executor.shared
-            ring = Ring.open(os.getpid(), chunk_window, batch[0] + 2 * chunk_bytes) if shared else None
+            slot_bytes = min(batch[0] + 2 * chunk_bytes, RING_SLOT_MOST)
+            ring = Ring.open(os.getpid(), chunk_window, slot_bytes) if shared else None
             if ring is not None:
                 run, tasks_of = functools.partial(run_chunks_ring, owner=os.getpid()), _placed(ring)
             elif shared:
