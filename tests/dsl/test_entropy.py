@@ -430,12 +430,14 @@ def test_wide_blocks_c_python_and_both_c_kernels_agree(kind, bits, n, monkeypatc
     assert Ans().encode(x, t) == stream
 
 
-@pytest.mark.parametrize("top", [24, 29, 31, 32])
+@pytest.mark.parametrize("top", [16, 24, 25, 29, 31, 32])
 def test_wide_32_bit_offsets_either_side_of_the_near_kernel(top, monkeypatch):
     """32-bit values of `top` bits, uniform: one bin, its offsets `top` bits
     wide (31: a vector's last lane starts up to 59 bytes and 7 bits past its
     first byte). The 512-bit kernel reads offsets of at most 31 bits
     (NEAR_BITS) from the 64 bytes at a vector's first, 32-bit ones by
+    gathers; the 256-bit ones read those of at most 24 bits
+    (NEAR_AVX2_BITS) from the 16 bytes at each half's first, wider ones by
     gathers; every decoder gives the values back."""
     monkeypatch.setattr(entropy, "WIDE_MIN", 32)
     x = np.random.default_rng(top).integers(0, 1 << top, 5000, dtype=np.uint64).astype(np.uint32)
