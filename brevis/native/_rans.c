@@ -527,7 +527,8 @@ static const char *narrow_start(narrow_t *b, const uint8_t *in, Py_ssize_t inlen
     b->f.stab = stab; b->f.P = P; b->f.mask = (1u << P) - 1; b->f.shift = shift;
     b->widest = widest;
     b->oreads = offset_reads(BATCH, widest);
-    b->mreads = offset_reads(4 * MULTI_GROUPS, widest);
+    /* (+ 8: the AVX2 engine reads a group's offsets as the 16 bytes from its first one's byte) */
+    b->mreads = offset_reads(4 * MULTI_GROUPS, widest) + 8;
     for (int k = 0; k < LANES; k++) {
         b->x[k] = load4(in + 4 * k);
         if (b->x[k] < RANS_L) return "damaged stream";
@@ -1438,6 +1439,7 @@ static const char *decode_wide(const uint8_t *in, Py_ssize_t inlen, const uint8_
 #define MULTI_MIN (2 * BATCH)   /* the fewest values of a block given a slot */
 /* lane k < 4 of mask m takes word popcount(m & ((1 << k) - 1)) of its block, lane k >= 4 word 4 + that of m >> 4 */
 static int32_t multi_perm[256][8];
+static const uint8_t multi_zeros[16];  /* the offsets a block without them reads */
 
 /* After an engine call: each of `count` blocks' four states and offset
  * position from the kernel's lanes (four a block, in order), where its
@@ -1457,10 +1459,10 @@ static inline void engine_save(narrow_t *const *s, int count, const uint32_t *la
  * from `obase`, which every active slot's offsets lie within 2^31 bytes of
  * (multi_add sees to it); the lanes of a slot whose `reads` is 0 (idle,
  * or a block without offset bits) are masked off. */
-#define MULTI_KERNEL(NAME, T, NV) \
+#define MULTI_KERNEL(NAME, T, NV, NEAR) \
 __attribute__((target("avx2"))) \
 static void NAME(narrow_t *const *s, const int *reads, const uint64_t *arena, const uint8_t *obase) { \
-    __m256i x[NV], mask[NV], P[NV], base[NV], dbase[NV], shift[NV], on[NV], on64[NV], pos[NV]; \
+    __m256i x[NV], mask[NV], P[NV], base[NV], dbase[NV], shift[NV], on64[NV], pos[NV]; \
     const uint8_t *wp[2 * NV]; /* each block's next word */ \
     T *out[2 * NV]; \
     for (int k = 0; k < 2 * NV; k++) { wp[k] = s[k]->in + s[k]->at; out[k] = (T *)s[k]->out + s[k]->i; } \
@@ -1474,12 +1476,15 @@ static void NAME(narrow_t *const *s, const int *reads, const uint64_t *arena, co
         base[v] = _mm256_setr_m128i(_mm_set1_epi32((int)(a->f.stab - arena)), _mm_set1_epi32((int)(b->f.stab - arena))); \
         dbase[v] = _mm256_setr_m128i(_mm_set1_epi32(la ? (int)((uintptr_t)a->offs - (uintptr_t)obase) : 0), _mm_set1_epi32(lb ? (int)((uintptr_t)b->offs - (uintptr_t)obase) : 0)); \
         shift[v] = _mm256_setr_m128i(_mm_set1_epi32(a->f.shift), _mm_set1_epi32(b->f.shift)); \
-        on[v] = _mm256_setr_m128i(_mm_set1_epi32(la ? -1 : 0), _mm_set1_epi32(lb ? -1 : 0)); \
         on64[v] = _mm256_setr_epi64x(la ? -1 : 0, la ? -1 : 0, lb ? -1 : 0, lb ? -1 : 0); /* lanes 0, 1 | 4, 5 and 2, 3 | 6, 7 */ \
         pos[v] = _mm256_setr_m128i(_mm_set1_epi32((int)a->pos), _mm_set1_epi32((int)b->pos)); \
     } \
     const __m256i lo16 = _mm256_set1_epi32(0xffff), below = _mm256_set1_epi32(RANS_L - 1); \
-    const __m256i one = _mm256_set1_epi32(1), seven = _mm256_set1_epi32(7), zero = _mm256_setzero_si256(); \
+    const __m256i one = _mm256_set1_epi32(1), seven = _mm256_set1_epi32(7); \
+    const __m256i firsts = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4); \
+    const __m256i spread4 = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, \
+                                             0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12); \
+    const __m256i k0123 = _mm256_set1_epi32(0x03020100); \
     for (int g = 0; g < MULTI_GROUPS; g++) { \
         __m256i h[NV]; \
         for (int v = 0; v < NV; v++) { /* each state's step: its slot's frequency | bias << 16, and its bin */ \
@@ -1511,10 +1516,19 @@ static void NAME(narrow_t *const *s, const int *reads, const uint64_t *arena, co
             pos[v] = _mm256_add_epi32(pos[v], _mm256_shuffle_epi32(t, 0xff)); \
             __m256i byte = _mm256_add_epi32(_mm256_srli_epi32(p, 3), dbase[v]), bit = _mm256_and_si256(p, seven); \
             __m256i got; \
-            if (sizeof(T) == 4) \
+            if (sizeof(T) == 4 && !(NEAR)) \
                 OFFSETS32(got, obase, byte, bit, on64[v]) \
-            else \
-                got = _mm256_srlv_epi32(_mm256_mask_i32gather_epi32(zero, (const int *)obase, byte, on[v], 1), bit); \
+            else { /* each half's four offsets from the 16 bytes at its first, as wide_body reads them \
+                    * (32-bit values: `NEAR`, every block's at most NEAR_AVX2_BITS wide); a half without \
+                    * offsets reads zeros */ \
+                const uint8_t *qa = reads[2 * v] ? obase + _mm256_extract_epi32(byte, 0) : multi_zeros; \
+                const uint8_t *qb = reads[2 * v + 1] ? obase + _mm256_extract_epi32(byte, 4) : multi_zeros; \
+                __m256i bytes = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)qa)), \
+                                                        _mm_loadu_si128((const __m128i *)qb), 1); \
+                __m256i rel = _mm256_sub_epi32(byte, _mm256_permutevar8x32_epi32(byte, firsts)); \
+                __m256i idx = _mm256_add_epi8(_mm256_shuffle_epi8(rel, spread4), k0123); \
+                got = _mm256_srlv_epi32(_mm256_shuffle_epi8(bytes, idx), bit); \
+            } \
             /* a width of 32 shifts the mask's 1 out: all ones, as it should */ \
             __m256i keep = _mm256_sub_epi32(_mm256_sllv_epi32(one, wd), one); \
             __m256i r = _mm256_add_epi32(low, _mm256_and_si256(got, keep)); \
@@ -1541,12 +1555,14 @@ static void NAME(narrow_t *const *s, const int *reads, const uint64_t *arena, co
     } \
     engine_save(s, 2 * NV, lanes, bits, wp); \
 }
-MULTI_KERNEL(multi8_avx2_8, uint8_t, 4)
-MULTI_KERNEL(multi8_avx2_16, u16u, 4)
-MULTI_KERNEL(multi8_avx2_32, u32u, 4)
-MULTI_KERNEL(multi4_avx2_8, uint8_t, 2)
-MULTI_KERNEL(multi4_avx2_16, u16u, 2)
-MULTI_KERNEL(multi4_avx2_32, u32u, 2)
+MULTI_KERNEL(multi8_avx2_8, uint8_t, 4, 0)
+MULTI_KERNEL(multi8_avx2_16, u16u, 4, 0)
+MULTI_KERNEL(multi8_avx2_32, u32u, 4, 0)
+MULTI_KERNEL(multi8_avx2_32_near, u32u, 4, 1)
+MULTI_KERNEL(multi4_avx2_8, uint8_t, 2, 0)
+MULTI_KERNEL(multi4_avx2_16, u16u, 2, 0)
+MULTI_KERNEL(multi4_avx2_32, u32u, 2, 0)
+MULTI_KERNEL(multi4_avx2_32_near, u32u, 2, 1)
 #undef MULTI_KERNEL
 
 #ifdef HAVE_WIDE_ZMM
@@ -1813,14 +1829,18 @@ static void multi_run(multi_t *m, int drain) {
         } else
 #endif
 #ifdef HAVE_WIDE_AVX2
+        {
+        int near = 1;  /* 32-bit values: whether every block's offsets are at most NEAR_AVX2_BITS wide */
+        for (int k = 0; k < slots; k++) near &= s[k]->widest <= NEAR_AVX2_BITS;
         if (slots == 8) {
             if (m->width == 1) multi8_avx2_8(s, reads, m->arena, m->obase);
             else if (m->width == 2) multi8_avx2_16(s, reads, m->arena, m->obase);
-            else multi8_avx2_32(s, reads, m->arena, m->obase);
+            else (near ? multi8_avx2_32_near : multi8_avx2_32)(s, reads, m->arena, m->obase);
         } else {
             if (m->width == 1) multi4_avx2_8(s, reads, m->arena, m->obase);
             else if (m->width == 2) multi4_avx2_16(s, reads, m->arena, m->obase);
-            else multi4_avx2_32(s, reads, m->arena, m->obase);
+            else (near ? multi4_avx2_32_near : multi4_avx2_32)(s, reads, m->arena, m->obase);
+        }
         }
 #endif
         for (int k = 0; k < MULTI_SLOTS; k++) {

@@ -670,11 +670,13 @@ def narrow_streams(bits_list, sizes, monkeypatch):
 SIZES = [600, 5000, 513, 20000, 9000, 700, 3000, 40000, 1200, 64, 2048, 7777, 100000, 511, 4096, 33000]
 
 
-@pytest.mark.parametrize("bits_list", [[3], [8], [12], [16], [17], [24], [32], [8, 16, 24, 32, 5]])
+@pytest.mark.parametrize("bits_list", [[3], [8], [12], [16], [17], [24], [32], [8, 16, 24, 32, 5], [21, 24], [24, 31]])
 def test_narrow_blocks_decoded_together_agree_with_each_alone(bits_list, monkeypatch):
     """A call's narrow blocks go eight at a time through the AVX2 engine
     (where the CPU has it), whatever their lengths, widths and streams:
-    every value as the scalar loop gives it, one stream at a time."""
+    every value as the scalar loop gives it, one stream at a time. (32-bit
+    values: where every block's offsets are at most 24 bits wide, [21, 24],
+    the engine reads them as 16 bytes a half, else, [24, 31], by gathers.)"""
     items = narrow_streams(bits_list, SIZES, monkeypatch)
     outs = [np.empty(n * w, np.uint8) for _, n, w, _, _ in items]
     assert entropy._rans.decode_streams([(s, n, w, b, o) for (s, n, w, b, _), o in zip(items, outs)]) is None
