@@ -286,3 +286,17 @@ def test_worker_processes_with_and_without_a_ring_write_the_same_archive(source,
     assert kinds == {shared.RingBatch if ring else shared.SharedBatch}
     prefix = os.path.basename(shared.shm_prefix(os.getpid()))
     assert not [n for n in os.listdir(shared.SHM_DIR) if n.startswith(prefix)]  # the ring removed
+
+
+def test_a_worker_lets_go_of_the_rings_of_runs_that_are_over():
+    first = shared.Ring(os.getpid(), 1, 64)
+    shared.write_ring_or_batch(_outputs(b"one"), os.getpid(), first.place(0))
+    assert first.name in shared._mapped
+    first.close()  # the run is over
+    second = shared.Ring(os.getpid(), 1, 64)
+    try:
+        shared.write_ring_or_batch(_outputs(b"two"), os.getpid(), second.place(0))
+        assert first.name not in shared._mapped and second.name in shared._mapped
+    finally:
+        second.close()
+        shared._mapped.pop(second.name).close()

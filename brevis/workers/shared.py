@@ -142,6 +142,8 @@ def _ring_map(name: str) -> mmap.mmap:
     m = _mapped.get(name)
     if m is not None:
         return m
+    for old in [n for n in _mapped if not os.path.exists(n)]:  # rings of runs that are over: their memory goes
+        _mapped.pop(old).close()
     fd = os.open(name, os.O_RDWR)
     try:
         m = mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
