@@ -765,6 +765,33 @@ static int32_t wide_perm[256][8];  /* lane k of mask m takes word popcount(m & (
     ob_ = _mm256_srlv_epi64(ob_, _mm256_cvtepu32_epi64(_mm256_extracti128_si256(bq_, 1))); \
     OUT = LOW_HALVES(oa_, ob_); \
 }
+/* Eight lanes' offsets without a gather: a half's four offsets of at most
+ * 16 bits (27 with `five`) lie in the 16 bytes from its first one's byte,
+ * each within the 4 bytes (5) from its own. `first_lo`, `first_hi`: where
+ * lanes 0 and 4 start (16 readable bytes each); `at8`: each lane's byte,
+ * at any common origin; `bit`: its bit in that byte. Two loads and one
+ * byte shuffle (two) instead of an 8-lane gather: AMD's Zen 3 (AVX2 only),
+ * one thread, best of 9 interleaved with the gathers, ns a value of 2^22
+ * values of the middle of real weights in one wide block: 16-bit
+ * 1.67-1.77 -> 1.46-1.56 (astra, nomic, gemma, minilm), bytes 1.65-1.69
+ * -> 1.46-1.49, 23-bit mantissas 2.04-2.17 -> 1.51-1.71. */
+__attribute__((target("avx2"), always_inline))
+static inline __m256i offsets_in_halves(const uint8_t *first_lo, const uint8_t *first_hi, __m256i at8, __m256i bit,
+                                        int five) {
+    const __m256i firsts = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);  /* each half's first lane */
+    const __m256i spread4 = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
+                                             0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+    __m256i bytes = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)first_lo)),
+                                            _mm_loadu_si128((const __m128i *)first_hi), 1);
+    __m256i rel = _mm256_sub_epi32(at8, _mm256_permutevar8x32_epi32(at8, firsts));
+    __m256i idx = _mm256_add_epi8(_mm256_shuffle_epi8(rel, spread4), _mm256_set1_epi32(0x03020100));
+    __m256i got = _mm256_srlv_epi32(_mm256_shuffle_epi8(bytes, idx), bit);
+    if (five)  /* up to 7 + 27 bits: the fifth byte's bits above the four's */
+        got = _mm256_or_si256(got, _mm256_sllv_epi32(
+            _mm256_shuffle_epi8(bytes, _mm256_add_epi32(rel, _mm256_set1_epi32((int)0x80808004))),
+            _mm256_sub_epi32(_mm256_set1_epi32(32), bit)));
+    return got;
+}
 #define WIDE_PARAMS const uint64_t *etab, const uint32_t *wtab, uint32_t *xs, const uint8_t *words, uint64_t wsafe, \
                     uint64_t wlimit, uint64_t *wat, const uint8_t *offs, uint64_t osafe, uint64_t olimit, \
                     uint64_t *opos, Py_ssize_t groups, Py_ssize_t *done, int P, int width, uint8_t *out
@@ -776,11 +803,6 @@ static inline int wide_body(WIDE_PARAMS, int near) {
     const __m256i mask = _mm256_set1_epi32((int)((1u << P) - 1)), lo16 = _mm256_set1_epi32(0xffff);
     const __m256i below = _mm256_set1_epi32(RANS_L - 1), one = _mm256_set1_epi32(1), seven = _mm256_set1_epi32(7);
     const __m256i low6 = _mm256_set1_epi32(63);
-    const __m256i firsts = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);  /* each half's first lane */
-    const __m256i spread4 = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
-                                             0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
-    const __m256i k0123 = _mm256_set1_epi32(0x03020100);
-    const __m256i fifth = _mm256_set1_epi32((int)0x80808004), thirty2 = _mm256_set1_epi32(32);
     const __m128i shift = _mm_cvtsi32_si128(P);
     uint64_t at = *wat;
     uint32_t pos = (uint32_t)*opos;
@@ -824,26 +846,9 @@ static inline int wide_body(WIDE_PARAMS, int near) {
                 OFFSETS32(got, offs, at8, bit, _mm256_set1_epi64x(-1));
                 r[g] = _mm256_add_epi32(v[g], _mm256_and_si256(got, keep));
             } else {
-                /* Four offsets of at most 16 bits (27 where `near`) lie in
-                 * the 16 bytes from the first one's byte, their bits within
-                 * the 4 bytes from their own (5): lanes 0-3 are read from
-                 * at8[0], lanes 4-7 from at8[4], two loads and a byte
-                 * shuffle (two) instead of a gather. AMD's Zen 3 (AVX2
-                 * only), one thread, best of 9 interleaved with the build
-                 * before, ns a value of 2^22 values of the middle of real
-                 * weights in one wide block: 16-bit 1.67-1.77 -> 1.46-1.56
-                 * (astra, nomic, gemma, minilm), bytes 1.65-1.69 -> 1.46-1.49,
-                 * 23-bit mantissas 2.04-2.17 -> 1.51-1.71. */
-                const uint32_t b0 = pos >> 3, b4 = (uint32_t)_mm256_extract_epi32(at8, 4);
-                __m256i bytes = _mm256_inserti128_si256(
-                    _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(offs + b0))),
-                    _mm_loadu_si128((const __m128i *)(offs + b4)), 1);
-                __m256i rel = _mm256_sub_epi32(at8, _mm256_permutevar8x32_epi32(at8, firsts));
-                __m256i idx = _mm256_add_epi8(_mm256_shuffle_epi8(rel, spread4), k0123);
-                __m256i got = _mm256_srlv_epi32(_mm256_shuffle_epi8(bytes, idx), bit);
-                if (width == 4)  /* up to 7 + 27 bits: the fifth byte's bits above the four's */
-                    got = _mm256_or_si256(got, _mm256_sllv_epi32(_mm256_shuffle_epi8(bytes, _mm256_add_epi32(rel, fifth)),
-                                                                 _mm256_sub_epi32(thirty2, bit)));
+                /* (32-bit values: `near`, offsets at most 27 bits wide) */
+                __m256i got = offsets_in_halves(offs + (pos >> 3), offs + (uint32_t)_mm256_extract_epi32(at8, 4), at8,
+                                                bit, width == 4);
                 r[g] = _mm256_add_epi32(width == 4 ? v[g] : _mm256_and_si256(v[g], lo16), _mm256_and_si256(got, keep));
             }
             pos += (uint32_t)_mm256_extract_epi32(t, 7);
@@ -1493,11 +1498,6 @@ static void NAME(narrow_t *const *s, const int *reads, const uint64_t *arena, co
     } \
     const __m256i lo16 = _mm256_set1_epi32(0xffff), below = _mm256_set1_epi32(RANS_L - 1); \
     const __m256i one = _mm256_set1_epi32(1), seven = _mm256_set1_epi32(7); \
-    const __m256i firsts = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4); \
-    const __m256i spread4 = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, \
-                                             0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12); \
-    const __m256i k0123 = _mm256_set1_epi32(0x03020100); \
-    const __m256i fifth = _mm256_set1_epi32((int)0x80808004), thirty2 = _mm256_set1_epi32(32); \
     for (int g = 0; g < MULTI_GROUPS; g++) { \
         __m256i h[NV]; \
         for (int v = 0; v < NV; v++) { /* each state's step: its slot's frequency | bias << 16, and its bin */ \
@@ -1536,14 +1536,7 @@ static void NAME(narrow_t *const *s, const int *reads, const uint64_t *arena, co
                     * offsets reads zeros */ \
                 const uint8_t *qa = reads[2 * v] ? obase + _mm256_extract_epi32(byte, 0) : multi_zeros; \
                 const uint8_t *qb = reads[2 * v + 1] ? obase + _mm256_extract_epi32(byte, 4) : multi_zeros; \
-                __m256i bytes = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)qa)), \
-                                                        _mm_loadu_si128((const __m128i *)qb), 1); \
-                __m256i rel = _mm256_sub_epi32(byte, _mm256_permutevar8x32_epi32(byte, firsts)); \
-                __m256i idx = _mm256_add_epi8(_mm256_shuffle_epi8(rel, spread4), k0123); \
-                got = _mm256_srlv_epi32(_mm256_shuffle_epi8(bytes, idx), bit); \
-                if (sizeof(T) == 4) \
-                    got = _mm256_or_si256(got, _mm256_sllv_epi32(_mm256_shuffle_epi8(bytes, _mm256_add_epi32(rel, fifth)), \
-                                                                 _mm256_sub_epi32(thirty2, bit))); \
+                got = offsets_in_halves(qa, qb, byte, bit, sizeof(T) == 4); \
             } \
             /* a width of 32 shifts the mask's 1 out: all ones, as it should */ \
             __m256i keep = _mm256_sub_epi32(_mm256_sllv_epi32(one, wd), one); \
