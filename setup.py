@@ -16,6 +16,7 @@ setup(ext_modules=[
               depends=["brevis/native/common.h", XXHASH + "xxhash.h", XXHASH + "xxh_x86dispatch.h"]),
     Extension("brevis.native._layout", ["brevis/native/_layout.c"], extra_compile_args=["-O3"],
               depends=["brevis/native/common.h"]),
+    Extension("brevis.native._index", ["brevis/native/_index.c"], extra_compile_args=["-O3"]),
     Extension("brevis.native._chunking", ["brevis/native/_chunking.c"], extra_compile_args=["-O3"],
               depends=[XXHASH + "xxhash.h"]),
 ])

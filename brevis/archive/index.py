@@ -21,10 +21,12 @@ from ..dsl.entropy import in_one_call
 from ..dsl.program import Program
 from ..dsl.types import BYTES, Field as ValueType, tensor
 from ..dtypes import DType
-from .format import MAX_CHUNK_BYTES
+from .. import dtypes
+from ..dsl.memory import MAX_DECODE_BYTES
+from .format import MAX_CHUNK_BYTES, MAX_DIMS
 from .schema import (DIGEST_BYTES, Check, DTypeName, Field, Hex, Int, Let, List, Members, Obj, Path, Programs,
-                     ProgramTable, Ranges, Record, Run, SearchKind, Shape, Str, check_path, dumper, is_hex, is_int,
-                     parser, paused_gc, placements)
+                     ProgramTable, Ranges, Record, Run, SearchKind, Shape, Str, _index, check_path, dumper, is_hex,
+                     is_int, parser, paused_gc, placements, programs)
 
 __all__ = ["DIGEST_BYTES", "Chunk", "SegmentEntry", "FileEntry", "TensorRef", "LinkEntry", "Index", "SearchKind",
            "check_path", "is_int", "is_hex", "INDEX", "pieces"]
@@ -344,7 +346,8 @@ FILE = Record("file", FileEntry, where="file_path", where0='"file"', ident="path
     Field("path", "path", Path(), doc="where it goes in the output folder"),
     Field("size", "size", Int(doc="integer >= 0"), doc="bytes"),
     Field("format", "format", Str(), doc="how it was cut (informative)"),
-    Field("segments", "segments", List(SEGMENT), doc="tiling the file, in order"),
+    Field("segments", "segments", List(SEGMENT, fast="read_segments({v}, start, end, cache, index_programs)"),
+          doc="tiling the file, in order"),
     Check("file_size >= 0 and sum(s.length for s in file_segments) == file_size",
           "segments do not add up to the file size"),
     Run("check_tiling(file_segments, file_size)",
@@ -407,5 +410,22 @@ INDEX = Record("index", Index, where='"index"', about="", doc="the index, at the
           "segments are coded against a base the index does not describe"),
 ])
 
-_parse_index = parser(INDEX)
+def _read_segments(v, start: int, end: int, cache: dict, table) -> list | None:
+    """A file's segments read at once by the compiled reader (None: read
+    them one by one, as the schema says)."""
+    return None
+
+
+if _index is not None:
+    # The compiled reader of a file's segments (brevis/native/_index.c) and
+    # what it builds them with. It reads the common shape of an index with
+    # the checks of SEGMENT, CHUNK and STREAM, and gives up (None) on any
+    # other: the loop the schema compiles then reads them and says what is
+    # wrong. One-shot unpack in fresh processes, AMD EPYC (Zen 3), 2 threads:
+    # see benchmarks/LOG.md.
+    _index.setup(programs, dtypes.DTYPES, tensor, BYTES, SegmentEntry, Chunk, MAX_CHUNK_BYTES, MAX_DECODE_BYTES,
+                 MAX_DIMS)
+    _read_segments = _index.segments  # noqa: F811
+
+_parse_index = parser(INDEX, names={"read_segments": _read_segments})
 _dump_index = dumper(INDEX)

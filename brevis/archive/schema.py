@@ -47,6 +47,11 @@ from ..dsl.types import BYTES, tensor
 from ..errors import FormatError, ProgramError
 from .format import DIGEST_BYTES, MAX_CHUNK_BYTES, MAX_DIMS, shape_fits
 
+try:
+    from ..native import _index
+except ImportError:  # a source tree that was never built: the compiled readers' loops
+    _index = None
+
 REQUIRED = object()  # a Field's default: the key must be there
 _MISSING = object()
 
@@ -263,11 +268,14 @@ class ProgramTable(Kind):
 
 class List(Kind):
     """A list of `item` (a Kind or a Record), optionally of a length (an
-    expression) failing with `message`."""
+    expression) failing with `message`. `fast`: an expression over the
+    list `{v}` that reads it at once where it can (a compiled reader of
+    the same checks and values: brevis/native/_index.c), or gives None,
+    where the loop below reads it item by item and says what is wrong."""
 
     def __init__(self, item: "Kind | Record", length: str | None = None, message: str | None = None,
-                 doc: str | None = None):
-        self.item, self.length, self.message, self.count_doc = item, length, message, doc
+                 doc: str | None = None, fast: str | None = None):
+        self.item, self.length, self.message, self.count_doc, self.fast = item, length, message, doc, fast
 
     @property
     def doc(self) -> str:
@@ -277,12 +285,18 @@ class List(Kind):
         test = f"type({v}) is list" + (f" and len({v}) == {self.length}" if self.length else "")
         g.fail_unless(test, g.about(self.message) if self.message else bad)
         item, out = f"{name}_i", f"{name}_out"
+        if self.fast:
+            g.line(f"{out} = {self.fast.format(v=v)}")
+            g.line(f"if {out} is None:")
+            g.indent += 1
         g.line(f"{out} = []")
         g.line(f"for {item} in {v}:")
         g.indent += 1
         value = self.item.parse(g, item, bad, f"{name}_v")
         g.line(f"{out}.append({value})")
         g.indent -= 1
+        if self.fast:
+            g.indent -= 1
         return out
 
     def dump(self, x):
@@ -626,7 +640,17 @@ def check_tiling(segments: list, size: int) -> None:
 def placements(segments: list, size: int) -> list[tuple[tuple[int, int], ...]]:
     """Where each segment's bytes lie in its file: (offset, length) pieces,
     in the segment's order. A gathered segment lies at its `ranges`; the
-    others, in order, fill what the ranges leave, each in one piece."""
+    others, in order, fill what the ranges leave, each in one piece. In C
+    where built (_index.placements); where that refuses them, here, which
+    says why."""
+    if _index is not None:
+        placed = _index.placements(segments, size)
+        if placed is not None:
+            return placed
+    return _placements(segments, size)
+
+
+def _placements(segments: list, size: int) -> list[tuple[tuple[int, int], ...]]:
     for s in segments:
         if s.ranges and any(a[0] + a[1] > b[0] for a, b in zip(s.ranges, s.ranges[1:])):
             fail("a gathered segment's ranges are not in file order")
@@ -694,9 +718,11 @@ _NAMESPACE = {"fail": fail, "programs": programs, "check_tree": check_tree, "che
               "MAX_DECODE_BYTES": MAX_DECODE_BYTES, "_MISSING": _MISSING}
 
 
-def parser(record: Record, args: str = "start, end"):
-    """The function reading `record` from its JSON value: f(value, args)."""
+def parser(record: Record, args: str = "start, end", names: dict | None = None):
+    """The function reading `record` from its JSON value: f(value, args).
+    `names`: more names its expressions use (a List's `fast` reader)."""
     g = _Gen()
+    g.namespace.update(names or {})
     g.line("cache = {}")
     value = record.parse(g, "obj", "'not an object'", "value")
     g.line(f"return {value}")
