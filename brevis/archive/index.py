@@ -416,13 +416,22 @@ def _read_segments(v, start: int, end: int, cache: dict, table) -> list | None:
     return None
 
 
-if _index is not None:
+# What the compiled reader builds, by position: it is used only while
+# the records' classes are these (a field added to them leaves it unused
+# until it learns the field; tests/native/test_index_reader.py fails then).
+_COMPILED_FIELDS = (("name", "dtype", "shape", "length", "programs", "chunks", "search", "base", "ranges", "members"),
+                    ("program", "n", "streams", "digest"))
+
+if _index is not None and _COMPILED_FIELDS == tuple(tuple(f.name for f in dataclasses.fields(c))
+                                                    for c in (SegmentEntry, Chunk)):
     # The compiled reader of a file's segments (brevis/native/_index.c) and
     # what it builds them with. It reads the common shape of an index with
     # the checks of SEGMENT, CHUNK and STREAM, and gives up (None) on any
     # other: the loop the schema compiles then reads them and says what is
-    # wrong. One-shot unpack in fresh processes, AMD EPYC (Zen 3), 2 threads:
-    # see benchmarks/LOG.md.
+    # wrong. One-shot unpack in fresh processes, on an AMD EPYC (Zen 3) at
+    # 2 threads, against the loops alone: fracast 0.80-0.93 of the time,
+    # taesd 0.92-0.97, silero 0.93, seven more 0.94-0.97
+    # (benchmarks/results/ab-fa2cc01-acf2508-index-reader.md).
     _index.setup(programs, dtypes.DTYPES, tensor, BYTES, SegmentEntry, Chunk, MAX_CHUNK_BYTES, MAX_DECODE_BYTES,
                  MAX_DIMS)
     _read_segments = _index.segments  # noqa: F811

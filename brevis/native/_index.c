@@ -212,11 +212,28 @@ static PyObject *cached_programs(PyObject *values, PyObject *t, PyObject *cache,
     return out;
 }
 
+/* Whether every key of a segment's object is one this reader reads: a
+ * key it does not know (a field the schema gained, or one it ignores) is
+ * left to the schema's loops. */
+static int known_keys(PyObject *s) {
+    PyObject *const known[10] = {k_name, k_dtype, k_shape, k_length, k_programs, k_chunks, k_search, k_base,
+                                 k_ranges, k_members};
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(s, &pos, &key, &value)) {
+        int found = 0;
+        for (int i = 0; i < 10 && !found; i++)
+            found = key == known[i] || (PyUnicode_CheckExact(key) && PyUnicode_Compare(key, known[i]) == 0);
+        if (!found) return 0;
+    }
+    return 1;
+}
+
 /* One segment (the schema's SEGMENT record) as a SegmentEntry; NULL where
  * refused (no exception), or NULL with an exception that must go up. */
 static PyObject *segment_of(PyObject *s, long long start, long long end, PyObject *cache, PyObject *table) {
     PyObject *shape = NULL, *programs = NULL, *chunks = NULL, *ranges = NULL, *members = NULL, *out = NULL;
-    if (!PyDict_CheckExact(s)) return NULL;
+    if (!PyDict_CheckExact(s) || !known_keys(s)) return NULL;
     PyObject *name = PyDict_GetItemWithError(s, k_name);
     if (!name || !PyUnicode_CheckExact(name)) goto done;
     PyObject *dtype_name = PyDict_GetItemWithError(s, k_dtype), *dtype = Py_None;

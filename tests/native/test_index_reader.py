@@ -143,7 +143,8 @@ def test_damaged_indexes_read_alike(written):
 
 def test_what_it_does_not_read_is_left_to_the_loops(written):
     """A segment coded against a base, an integer past 64 bits, a digest in
-    other spellings bytes.fromhex takes: None, and the index reads the same."""
+    other spellings bytes.fromhex takes, a key it does not know (a field
+    the schema may gain): None, and the index reads the same."""
     obj, end = written
     segment = next(s for f in obj["files"] for s in f["segments"] if s["chunks"] and s["dtype"])
     edits = [
@@ -151,6 +152,7 @@ def test_what_it_does_not_read_is_left_to_the_loops(written):
         lambda s: s["chunks"][0][2][0].__setitem__(2, 1 << 64),
         lambda s: s["chunks"][0].__setitem__(3, " ".join(s["chunks"][0][3][i:i + 2] for i in range(0, 32, 2))),
         lambda s: s["chunks"][0].__setitem__(3, s["chunks"][0][3].upper() + " "),
+        lambda s: s.update(note="a field this reader does not know"),
     ]
     for edit in edits:
         damaged = copy.deepcopy(obj)
@@ -206,3 +208,13 @@ def test_placements_are_the_pythons():
             assert fast == slow == schema.placements(segments, size)
             placed += 1
     assert refused and placed
+
+
+def test_it_reads_what_the_records_hold():
+    """The compiled reader builds SegmentEntry and Chunk by position: it is
+    in use only while their fields are the ones it passes."""
+    import dataclasses
+
+    fields = tuple(tuple(f.name for f in dataclasses.fields(c)) for c in (index_module.SegmentEntry, index_module.Chunk))
+    assert fields == index_module._COMPILED_FIELDS
+    assert index_module._read_segments is schema._index.segments
