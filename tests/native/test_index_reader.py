@@ -6,7 +6,6 @@ index or the same refusal from thousands of damaged ones, and giving up
 from __future__ import annotations
 
 import copy
-import json
 import random
 from pathlib import Path
 
@@ -15,9 +14,9 @@ import pytest
 from brevis.archive import index as index_module, schema
 from brevis.archive.format import HEADER_SIZE
 from brevis.archive.index import INDEX, Index
-from brevis.archive.reader import ArchiveReader
 from brevis.codec.encoder import compress
 from brevis.errors import FormatError
+from helpers import split
 
 pytestmark = pytest.mark.skipif(schema._index is None, reason="the C extension is not built")
 
@@ -47,13 +46,9 @@ def outcome(read, obj, end):
 
 
 def stored_index(path: Path) -> tuple[dict, int]:
-    import zstandard
-
-    with ArchiveReader(path) as reader:
-        f = reader.footer
-        raw = zstandard.ZstdDecompressor().decompress(reader.read(f.index_offset, f.index_length),
-                                                      max_output_size=f.index_raw_length)
-        return json.loads(raw), f.index_offset
+    """An archive's index as JSON, and where it starts (the stream region's end)."""
+    head, obj = split(path.read_bytes())
+    return obj, len(head)
 
 
 @pytest.fixture(scope="module", params=sorted(SOURCES))
