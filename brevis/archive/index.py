@@ -17,12 +17,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from .. import dtypes
 from ..dsl.entropy import in_one_call
+from ..dsl.memory import MAX_DECODE_BYTES
 from ..dsl.program import Program
 from ..dsl.types import BYTES, Field as ValueType, tensor
 from ..dtypes import DType
-from .. import dtypes
-from ..dsl.memory import MAX_DECODE_BYTES
 from .format import MAX_CHUNK_BYTES, MAX_DIMS
 from .schema import (DIGEST_BYTES, Check, DTypeName, Field, Hex, Int, Let, List, Members, Obj, Path, Programs,
                      ProgramTable, Ranges, Record, Run, SearchKind, Shape, Str, _index, check_path, dumper, is_hex,
@@ -410,31 +410,30 @@ INDEX = Record("index", Index, where='"index"', about="", doc="the index, at the
           "segments are coded against a base the index does not describe"),
 ])
 
-def _read_segments(v, start: int, end: int, cache: dict, table) -> list | None:
-    """A file's segments read at once by the compiled reader (None: read
-    them one by one, as the schema says)."""
+
+def _loops_only(v, start: int, end: int, cache: dict, table) -> None:
+    """Without the compiled reader: None, and the schema's loops read every segment."""
     return None
 
 
-# What the compiled reader builds, by position: it is used only while
-# the records' classes are these (a field added to them leaves it unused
-# until it learns the field; tests/native/test_index_reader.py fails then).
+# What the compiled reader of a file's segments (brevis/native/_index.c)
+# builds, by position: it is used only while the records' classes have
+# these fields (one added leaves it unused until it learns the field, and
+# tests/native/test_index_reader.py fails until then). It reads the common
+# shape of an index with the checks of SEGMENT, CHUNK and STREAM, and gives
+# up (None) on any other: the loop the schema compiles then reads them and
+# says what is wrong. One-shot unpack in fresh processes, on an AMD EPYC
+# (Zen 3) at 2 threads, against the loops alone: fracast 0.80-0.93 of the
+# time, taesd 0.92-0.97, silero 0.93, seven more 0.94-0.97
+# (benchmarks/results/ab-fa2cc01-acf2508-index-reader.md).
 _COMPILED_FIELDS = (("name", "dtype", "shape", "length", "programs", "chunks", "search", "base", "ranges", "members"),
                     ("program", "n", "streams", "digest"))
-
-if _index is not None and _COMPILED_FIELDS == tuple(tuple(f.name for f in dataclasses.fields(c))
-                                                    for c in (SegmentEntry, Chunk)):
-    # The compiled reader of a file's segments (brevis/native/_index.c) and
-    # what it builds them with. It reads the common shape of an index with
-    # the checks of SEGMENT, CHUNK and STREAM, and gives up (None) on any
-    # other: the loop the schema compiles then reads them and says what is
-    # wrong. One-shot unpack in fresh processes, on an AMD EPYC (Zen 3) at
-    # 2 threads, against the loops alone: fracast 0.80-0.93 of the time,
-    # taesd 0.92-0.97, silero 0.93, seven more 0.94-0.97
-    # (benchmarks/results/ab-fa2cc01-acf2508-index-reader.md).
+_compiled = _index is not None and _COMPILED_FIELDS == tuple(tuple(f.name for f in dataclasses.fields(c))
+                                                             for c in (SegmentEntry, Chunk))
+if _compiled:
     _index.setup(programs, dtypes.DTYPES, tensor, BYTES, SegmentEntry, Chunk, MAX_CHUNK_BYTES, MAX_DECODE_BYTES,
                  MAX_DIMS)
-    _read_segments = _index.segments  # noqa: F811
+_read_segments = _index.segments if _compiled else _loops_only
 
 _parse_index = parser(INDEX, names={"read_segments": _read_segments})
 _dump_index = dumper(INDEX)
