@@ -424,8 +424,8 @@ def _loops_only(v, start: int, end: int, cache: dict, table) -> None:
 # up (None) on any other: the loop the schema compiles then reads them and
 # says what is wrong. One-shot unpack in fresh processes, on an AMD EPYC
 # (Zen 3) at 2 threads, against the loops alone: fracast 0.80-0.93 of the
-# time, taesd 0.92-0.97, silero 0.93, seven more 0.94-0.97
-# (benchmarks/results/ab-fa2cc01-acf2508-index-reader.md).
+# time, taesd 0.92-0.97, silero 0.93, ppocr 0.95, piper 0.96; larger items
+# within the host's noise (benchmarks/results/ab-fa2cc01-acf2508-index-reader.md).
 _COMPILED_FIELDS = (("name", "dtype", "shape", "length", "programs", "chunks", "search", "base", "ranges", "members"),
                     ("program", "n", "streams", "digest"))
 _compiled = _index is not None and _COMPILED_FIELDS == tuple(tuple(f.name for f in dataclasses.fields(c))
