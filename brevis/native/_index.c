@@ -43,7 +43,7 @@ static int int64_of(PyObject *o, long long *out) {
  * in *fits, its product in *product (where it fits 63 bits, else -1).
  * NULL where malformed (no exception set). */
 static PyObject *shape_of(PyObject *v, long long itemsize, int *fits, long long *product) {
-    if (!PyList_CheckExact(v) || PyList_GET_SIZE(v) > max_dims || PyList_GET_SIZE(v) > MAX_DIMS_HERE) return NULL;
+    if (!PyList_CheckExact(v) || PyList_GET_SIZE(v) > max_dims) return NULL;  /* setup: max_dims <= MAX_DIMS_HERE */
     Py_ssize_t n = PyList_GET_SIZE(v);
     unsigned __int128 nonzero = (unsigned __int128)itemsize, all = 1;
     int big = 0;
@@ -102,7 +102,7 @@ static PyObject *members_of(PyObject *v, PyObject *ranges, long long itemsize) {
         PyObject *shape = shape_of(PyList_GET_ITEM(m, 1), 1, &fits, &product);
         if (!shape) goto bad;
         want = PyLong_AsLongLong(PyTuple_GET_ITEM(PyTuple_GET_ITEM(ranges, i), 1));
-        if (product < 0 || (product && (__int128)product * itemsize != want) || (!product && want != 0)) {
+        if (product < 0 || (__int128)product * itemsize != want) {
             Py_DECREF(shape);
             goto bad;
         }
@@ -242,7 +242,7 @@ static PyObject *segment_of(PyObject *s, long long start, long long end, PyObjec
         if (!PyUnicode_CheckExact(dtype_name) || !(dtype = PyDict_GetItemWithError(dtypes_by_name, dtype_name)))
             goto done;
         PyObject *size = PyObject_GetAttr(dtype, k_itemsize);
-        if (!size) goto error;
+        if (!size) goto done;
         int ok = int64_of(size, &itemsize) && itemsize >= 1;
         Py_DECREF(size);
         if (!ok) goto done;
@@ -260,14 +260,14 @@ static PyObject *segment_of(PyObject *s, long long start, long long end, PyObjec
     PyObject *programs_json = PyDict_GetItemWithError(s, k_programs);
     if (!programs_json || !PyList_CheckExact(programs_json)) goto done;
     PyObject *t = dtype == Py_None ? (Py_INCREF(bytes_type), bytes_type) : PyObject_CallOneArg(tensor_fn, dtype);
-    if (!t) goto error;
+    if (!t) goto done;
     PyObject *got = cached_programs(programs_json, t, cache, table);
     if (!got && !PyErr_Occurred()) {
         PyObject *call[5] = {programs_json, t, cache, Py_None, table};
         got = PyObject_Vectorcall(programs_fn, call, 5, NULL);
     }
     Py_DECREF(t);
-    if (!got) goto error;
+    if (!got) goto done;
     if (!PyTuple_CheckExact(got) || PyTuple_GET_SIZE(got) != 4) { Py_DECREF(got); goto done; }
     programs = PyTuple_GET_ITEM(got, 0);
     Py_INCREF(programs);
@@ -308,15 +308,12 @@ static PyObject *segment_of(PyObject *s, long long start, long long end, PyObjec
     if (has_members != (ranges != NULL && dtype != Py_None)) goto done;
     if (has_members && !(members = members_of(members_json, ranges, itemsize))) goto done;
     PyObject *search_value = search ? (Py_INCREF(search), search) : PyDict_New();
-    if (!search_value) goto error;
+    if (!search_value) goto done;
     PyObject *args[10] = {name, dtype, shape ? shape : Py_None, length_o, programs, chunks, search_value, Py_None,
                           ranges ? ranges : Py_None, members ? members : Py_None};
     out = PyObject_Vectorcall(segment_cls, args, 10, NULL);
     Py_DECREF(search_value);
-    goto done;
-error:
-    out = NULL;
-done:
+done:  /* out is NULL on every way here but the last: refused, or a call's exception set */
     Py_XDECREF(shape);
     Py_XDECREF(programs);
     Py_XDECREF(chunks);
@@ -426,13 +423,12 @@ static PyObject *index_placements(PyObject *self, PyObject *args) {
         while (k < t && taken[k].off == pos) pos += taken[k++].len;
         if (lengths[i] && k < t && (__int128)taken[k].off < (__int128)pos + lengths[i]) {
             refuse = 1;  /* lies across a gathered range */
-            Py_CLEAR(out);
             goto done;
         }
         PyObject *piece = Py_BuildValue("((LL))", pos, lengths[i]);
         if (!piece) { Py_CLEAR(out); goto done; }
         PyList_SET_ITEM(out, i, piece);
-        if (__builtin_add_overflow(pos, lengths[i], &pos)) { refuse = 1; Py_CLEAR(out); goto done; }
+        if (__builtin_add_overflow(pos, lengths[i], &pos)) { refuse = 1; goto done; }
     }
 done:
     if (ranges)

@@ -25,7 +25,7 @@ SOURCES = {"taesd": ROOT / "examples" / "taesd", "golden-source": ROOT / "tests"
 GOLDEN = sorted((ROOT / "tests" / "golden").glob("v*/archive.brv"))
 
 # The schema's reader with the loops only: no compiled segments, no compiled placements.
-_python_parse = schema.parser(INDEX, names={"read_segments": lambda *args: None})
+_python_parse = schema.parser(INDEX, names={"read_segments": index_module._loops_only})
 
 
 def python_reader(obj, start: int, end: int) -> Index:
