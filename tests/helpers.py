@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
+import mmap
 import os
 import signal
 import struct
@@ -24,6 +26,28 @@ from brevis.dsl.program import Program
 from brevis.dsl.types import Field
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------- guard pages
+@contextmanager
+def before_unreadable_page(data: bytes):
+    """A view of `data` that ends just before a page that may not be read
+    (mprotect): a kernel reading past it crashes the test process."""
+    libc = ctypes.CDLL(None)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    page = mmap.PAGESIZE
+    pages = (len(data) + page - 1) // page + 1
+    with mmap.mmap(-1, pages * page) as m:
+        base = ctypes.addressof(ctypes.c_char.from_buffer(m))
+        assert libc.mprotect(base + (pages - 1) * page, page, 0) == 0
+        start = (pages - 1) * page - len(data)
+        m[start:start + len(data)] = data
+        view = memoryview(m)[start:start + len(data)]
+        try:
+            yield view
+        finally:
+            view.release()
+            libc.mprotect(base + (pages - 1) * page, page, 3)  # readable again before unmapping
 
 
 # ---------------------------------------------------------------- time limits

@@ -4,8 +4,6 @@ chooses, and damaged or hostile streams (a FormatError, never a crash)."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import mmap
 import sys
 
 import numpy as np
@@ -15,6 +13,7 @@ from brevis.dsl import entropy
 from brevis.dsl.entropy import Ans, choose_trie, precision
 from brevis.dsl.types import Field
 from brevis.errors import FormatError
+from helpers import before_unreadable_page
 
 pytestmark = pytest.mark.skipif(entropy._rans is None, reason="the C extension is not built")
 
@@ -33,27 +32,6 @@ def values(kind: str, n: int, bits: int, seed: int = 0) -> np.ndarray:
     else:  # one dominant value and rare others
         x = np.where(rng.random(n) < 0.97, 5 & top, rng.integers(0, top, n, endpoint=True, dtype=np.uint64))
     return x.astype(Field(bits).container)
-
-
-@contextlib.contextmanager
-def before_unreadable_page(data: bytes):
-    """A view of `data` that ends just before a page that may not be read
-    (mprotect): a kernel reading past it crashes the test process."""
-    libc = ctypes.CDLL(None)
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    page = mmap.PAGESIZE
-    pages = (len(data) + page - 1) // page + 1
-    with mmap.mmap(-1, pages * page) as m:
-        base = ctypes.addressof(ctypes.c_char.from_buffer(m))
-        assert libc.mprotect(base + (pages - 1) * page, page, 0) == 0
-        start = (pages - 1) * page - len(data)
-        m[start:start + len(data)] = data
-        view = memoryview(m)[start:start + len(data)]
-        try:
-            yield view
-        finally:
-            view.release()
-            libc.mprotect(base + (pages - 1) * page, page, 3)  # readable again before unmapping
 
 
 CASES = [(kind, n, bits) for kind in ("uniform", "bell", "constant", "skewed")

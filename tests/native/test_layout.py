@@ -5,10 +5,14 @@ refused."""
 
 from __future__ import annotations
 
+import contextlib
+import sys
+
 import numpy as np
 import pytest
 
 from brevis.dsl import delta
+from helpers import before_unreadable_page
 
 pytestmark = pytest.mark.skipif(delta._layout is None, reason="the C extension is not built")
 
@@ -208,8 +212,10 @@ def test_split_classes_refuses_parts_that_do_not_match_the_classes():
 # scatter_join: the partition's scatter and joins at once. Ranges from the word's
 # high bits down take the BMI2 deposit kernels (in the widths floats have), or,
 # with AVX-512 (and VBMI2 for 16-bit words) and at most 16 classes, the expand
-# kernels (simd=True, the default; simd=False keeps to the deposit kernels); the
-# others, and other widths, the element-by-element loop.
+# kernels (simd=True, the default; simd=False keeps to the deposit kernels), or
+# with AVX2 only, F32 words of at most six classes the AVX2 expand kernel (one
+# body inlined for each count of classes); the others, and other widths, the
+# element-by-element loop.
 @pytest.mark.parametrize("rest,context,bits,rest_dtype,context_dtype", [
     ([[31, 1], [0, 23]], [[23, 8]], 32, np.uint32, np.uint8),   # F32 by exponent: deposit
     ([[15, 1], [0, 7]], [[7, 8]], 16, np.uint8, np.uint8),      # BF16: deposit
@@ -219,7 +225,7 @@ def test_split_classes_refuses_parts_that_do_not_match_the_classes():
     ([[31, 1], [0, 23]], [[23, 8]], 32, np.uint32, np.uint16),  # a width without a kernel
     ([[63, 1], [0, 52]], [[52, 11]], 64, np.uint64, np.uint16), # F64: deposit
 ])
-@pytest.mark.parametrize("k", [1, 5, 16, 17, 200])
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 6, 7, 16, 17, 200])
 @pytest.mark.parametrize("simd", [True, False])
 def test_scatter_join_is_scatter_then_join(rest, context, bits, rest_dtype, context_dtype, k, simd):
     from brevis.dsl import fields
@@ -357,7 +363,7 @@ FLOATS = {  # word, exponent bits, mantissa bits, part (sign and mantissa)
 }
 
 
-@pytest.mark.parametrize("k", [1, 5, 16, 17])
+@pytest.mark.parametrize("k", [1, 2, 5, 6, 7, 16, 17])
 @pytest.mark.parametrize("dtype", list(FLOATS))
 @pytest.mark.parametrize("simd", [True, False])
 @pytest.mark.parametrize("at", [3, 70, 230])
@@ -390,6 +396,41 @@ def test_scatter_join_of_floats_by_exponent_refuses_damage_early_and_late(k, dty
     for c, ps in ((cls, short), (cls, longer), (stray, parts)):
         with pytest.raises(ValueError):
             delta._layout.scatter_join(c, ps, args[0], args[1], args[2], out, simd)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mprotect through ctypes")
+@pytest.mark.parametrize("k", [1, 2, 5, 6])
+@pytest.mark.parametrize("simd", [True, False])
+def test_scatter_join_reads_nothing_past_a_part(k, simd):
+    """Each F32 part ends just before a page that may not be read: a kernel
+    loading a part's next eight elements past its last (the AVX2 expand
+    kernel near a part's end) would crash the test process. Whole parts,
+    and parts one element short (refused), at sizes around a block's."""
+    word, ebits, mbits, part = FLOATS["F32"]
+    rng = np.random.default_rng(k)
+    for n in (1, 7, 8, 9, 63, 200):
+        x = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(word)
+        cls = rng.integers(0, k, n).astype(np.uint8)
+        ctx = (x >> mbits & ((1 << ebits) - 1)).astype(np.uint8)
+        rest = ((x & ((1 << mbits) - 1)) | (x >> 31 << mbits)).astype(part)
+        for short in (False, True):
+            parts = [rest[cls == j].tobytes() for j in range(k)]
+            if short:
+                parts[int(cls[-1])] = parts[int(cls[-1])][:-4]
+            with contextlib.ExitStack() as stack:
+                views = [stack.enter_context(before_unreadable_page(p)) for p in parts]
+                arrays = [np.frombuffer(v, dtype=part) for v in views]
+                out = np.empty(n, word)
+                try:
+                    if short:
+                        with pytest.raises(ValueError):
+                            delta._layout.scatter_join(cls, arrays, [(31, 1), (0, mbits)], ctx, [(mbits, ebits)], out,
+                                                       simd)
+                    else:
+                        delta._layout.scatter_join(cls, arrays, [(31, 1), (0, mbits)], ctx, [(mbits, ebits)], out, simd)
+                        assert np.array_equal(out, x)
+                finally:
+                    del arrays  # the views' buffers are released on the way out
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
