@@ -294,6 +294,12 @@ def test_unpack_profile_on_a_tiny_checkpoint(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert out.startswith("# One-shot compress") and re.search(r"compress window [\d.]+ ms", out)
     assert not any(outs.iterdir())
+    # Page faults instead of the CPU clock: the unpack touches its output's pages at least.
+    assert unpack_profile.main([str(tmp_path / "corpus"), "--items", "tiny", "--runs", "2", "--faults"]) == 0
+    out = capsys.readouterr().out
+    faults = re.search(r"page faults in it (\d+) a run", out)
+    assert "| function | library | share | faults a run |" in out and faults
+    assert int(faults.group(1)) > 10
 
 
 def test_race_names_the_fastest_peer_and_tallies_the_items(tmp_path, capsys, monkeypatch):
