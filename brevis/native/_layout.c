@@ -964,8 +964,9 @@ static int expand_16(const uint8_t *cls, Py_ssize_t n, const void **src, const P
  * element: piper's one-shot unpack (five classes) spent 28-30 ms a run in
  * it, 17-19 here. */
 #define T8 "avx2,bmi2,popcnt"
-#define EXPAND8_MOST_CLASSES 6  /* a block's steps grow with the classes: past six (warm, 2^18 words:
-                                 * 1.24 ns a word against the deposit loop's 1.22, 1.69 at eight) the loop wins */
+#define EXPAND8_MOST_CLASSES 6  /* a block's steps grow with the classes (warm, 2^18 words): level with
+                                 * the deposit loop at six (1.24 ns a word against 1.22), slower past it
+                                 * (1.41 at seven, 1.69 at eight) */
 static uint64_t expand8_order[256];  /* mask m: lane l's byte, how many of m's lanes lie below l */
 
 static void expand8_tables(void) {
