@@ -158,11 +158,12 @@ def profile(archive: Path, runs: int, threads: int, tmp: Path, mode: str = "unpa
 def report(item: str, found: Counter, window: float, runs: int, top: int, mode: str = "unpack",
            faults: bool = False) -> None:
     n = sum(found.values()) or 1
-    ms = 1 / runs if faults else 1e3 / FREQUENCY / runs  # faults or ms a run per sample
+    per = 1 / runs if faults else 1e3 / FREQUENCY / runs  # faults, or ms, a run per sample
     unit = "faults" if faults else "ms"
     print(f"\n### {item}\n")
     print(f"{mode} window {window * 1e3:.1f} ms (mean of {runs} fresh processes), "
-          + (f"page faults in it {n / runs:.0f} a run" if faults else f"CPU in it {n * ms:.1f} ms a run"))
+          + (f"page faults in it {sum(found.values()) * per:.0f} a run" if faults
+             else f"CPU in it {sum(found.values()) * per:.1f} ms a run"))
     by_library: Counter = Counter()
     for (_, dso), c in found.items():
         by_library[library(dso)] += c
@@ -170,7 +171,7 @@ def report(item: str, found: Counter, window: float, runs: int, top: int, mode: 
     print(f"| function | library | share | {unit} a run |")
     print("|---|---|---:|---:|")
     for (sym, dso), c in found.most_common(top):
-        print(f"| {sym[:60]} | {library(dso)} | {c / n:.1%} | {c * ms:.{1 if faults else 2}f} |")
+        print(f"| {sym[:60]} | {library(dso)} | {c / n:.1%} | {c * per:.{1 if faults else 2}f} |")
 
 
 def one_shot_options(ap: argparse.ArgumentParser) -> None:
