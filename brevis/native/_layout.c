@@ -849,16 +849,22 @@ __attribute__((target("bmi2"))) static inline __attribute__((always_inline)) int
     return bad;
 }
 
-/* A call's runs as vectors, and each part's first and past-the-end bytes. */
+/* Each part's first and past-the-end bytes (the expand kernels', AVX-512 and AVX2). */
+static inline __attribute__((always_inline)) void part_bounds(const void **src, const Py_ssize_t *have, Py_ssize_t k,
+                                                               int pbytes, const uint8_t **part, const uint8_t **end) {
+    for (Py_ssize_t j = 0; j < k; j++) {
+        part[j] = src[j];
+        end[j] = part[j] + pbytes * have[j];
+    }
+}
+
+/* A call's runs as vectors, and each part's bounds. */
 __attribute__((target(T32))) static inline __attribute__((always_inline)) void expand_start(
         const runs_t *rr, const runs_t *rc, int lanes16, const void **src, const Py_ssize_t *have, Py_ssize_t k,
         int pbytes, vruns_t *vr, vruns_t *vc, const uint8_t **part, const uint8_t **end) {
     vector_runs(rr, lanes16, vr);
     vector_runs(rc, lanes16, vc);
-    for (Py_ssize_t j = 0; j < k; j++) {
-        part[j] = src[j];
-        end[j] = part[j] + pbytes * have[j];
-    }
+    part_bounds(src, have, k, pbytes, part, end);
 }
 
 /* F32: 16 words a block, parts of 32 bits; nr and nc runs (inlined with
@@ -1006,10 +1012,7 @@ __attribute__((target(T8))) static inline __attribute__((always_inline)) int exp
         vc.mask[j] = _mm256_set1_epi32((int)rc->mask[j]);
     }
     const uint8_t *part[EXPAND_MOST_CLASSES], *end[EXPAND_MOST_CLASSES];
-    for (Py_ssize_t j = 0; j < k; j++) {
-        part[j] = src[j];
-        end[j] = part[j] + 4 * have[j];
-    }
+    part_bounds(src, have, k, 4, part, end);
     /* first + 8 - c: the lanes below c set (a masked load of c elements,
      * for a part's last ones: no byte past them is read) */
     static const int32_t first[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
