@@ -48,6 +48,26 @@ def test_delta_round_trip_and_gain(pair):
     assert brevis.verify(pair / "delta.brv", [pair / "tuned"], base=pair / "base")["ok"]
 
 
+def test_equal_tensors_against_different_base_tensors_are_not_one_chunk(tmp_path):
+    """Two tensors a fine-tune left equal, coded against base tensors that
+    differ: each chunk's streams rebuild its bytes only beside its own base
+    tensor, so the second is not pointed at the first's streams (until
+    2026-12-06 it was: it decoded to other bytes, and verify failed)."""
+    a = (RNG.standard_normal(300_000) * 0.02).astype(np.float32)
+    b, x = finetune(a), finetune(a)  # both base tensors near the tuned one: both chunks coded against them
+    (tmp_path / "base").mkdir()
+    (tmp_path / "tuned").mkdir()
+    save_file({"a": a, "b": b}, tmp_path / "base" / "model.safetensors")
+    save_file({"a": x, "b": x.copy()}, tmp_path / "tuned" / "model.safetensors")
+    brevis.compress([tmp_path / "tuned"], tmp_path / "delta.brv", base=tmp_path / "base")
+    programs = [s["programs"][0]["program"] for f in brevis.inspect(tmp_path / "delta.brv")["files"]
+                for s in f["segments"] if s["name"] in ("a", "b")]
+    assert len(programs) == 2 and all(p.startswith(("xor_base", "sub_base")) for p in programs), programs
+    assert brevis.verify(tmp_path / "delta.brv", [tmp_path / "tuned"], base=tmp_path / "base")["ok"]
+    got = brevis.unpack((tmp_path / "delta.brv").read_bytes(), base=tmp_path / "base")
+    assert bytes(got["model.safetensors"]) == (tmp_path / "tuned" / "model.safetensors").read_bytes()
+
+
 def test_unpack_in_memory_needs_the_base(pair):
     from brevis.errors import BaseRequired
 

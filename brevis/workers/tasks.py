@@ -58,7 +58,8 @@ class ChunkTask:
 
 @dataclass
 class ChunkOutput:
-    key: bytes  # BLAKE3 (32 bytes) of the original bytes, then the value type: what repeats share
+    key: bytes  # BLAKE3 (32 bytes) of the original bytes, the value type, and for a chunk coded
+    # against a base, NUL and the BLAKE3 of its reference: what repeats share
     digest: bytes  # the index's digest of the original bytes (format.chunk_digest)
     program: str | None  # JSON of the program that ran; None: the task's own program
     streams: list[bytes] | None  # None when they are in shared memory (spans)
@@ -122,7 +123,7 @@ def run_chunk(task: ChunkTask) -> ChunkOutput:
     key = blake3(data).digest() + task.value_type.encode()
     planned = parse_program(task.program)
     x = np.frombuffer(data, dtype=t.container)
-    reference = None
+    reference = ref = None
     if planned.uses_reference:
         ref = task.reference
         if ref is None:
@@ -136,6 +137,12 @@ def run_chunk(task: ChunkTask) -> ChunkOutput:
         # Never larger than the data itself, nor costlier to decode than readers accept (dsl/memory.py).
         program, streams = _plain()[0], [data]
     ran = None if program is planned or program == planned else json.dumps(program.to_json())
+    if program.uses_reference:
+        # Its streams rebuild these bytes only beside this reference: the same
+        # bytes coded against another base tensor's are another chunk (two
+        # tensors a fine-tune made equal, whose bases differ). After the
+        # value type, which holds no NUL: no key of a chunk without one.
+        key += b"\0" + blake3(ref).digest()
     return ChunkOutput(key, chunk_digest(data), ran, streams, [stream_check(s) for s in streams], os.getpid())
 
 
