@@ -240,6 +240,27 @@ def test_coder_kernels_times_each_step_against_another_build(tmp_path, monkeypat
     assert all(float(r[3]) > 0 and float(r[4].rstrip(" |")) > 0 for r in rows)
 
 
+def test_engine_batches_replays_the_narrow_calls_merged(tmp_path, monkeypatch, capsys):
+    """The narrow streams' calls of an unpack, recorded and replayed as they
+    came and merged: every count of calls merged timed, the same values."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks import engine_batches
+
+    import brevis
+
+    corpus = tiny_corpus(tmp_path)
+    brevis.compress([str(corpus / "tiny" / "model.safetensors")], tmp_path / "t.brv")
+    calls = engine_batches.recorded_calls((tmp_path / "t.brv").read_bytes())
+    narrow = [c for c in calls if all(engine_batches.narrow(s[0]) for s in c)]
+    assert narrow and all(len(s) == 5 and s[1] > 0 and s[4].nbytes > 0 for c in narrow for s in c)
+    for k in (1, 2):  # replayed, the streams decode again (else replay raises)
+        assert engine_batches.replay(narrow, [k], 1)[k] > 0
+    assert engine_batches.main([str(corpus), "--items", "tiny", "--merge", "1,3", "--repeat", "2"]) == 0
+    [row] = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny")]
+    assert int(row[2]) >= 1 and int(row[4]) > 0 and float(row[5]) > 0 and float(row[6].rstrip(" |")) > 0
+    assert engine_batches.main([str(corpus), "--items", "nothing"]) == 2
+
+
 def test_unpack_profile_counts_the_unpack_window_only(tmp_path, monkeypatch, capsys):
     """Samples inside the unpack's window count, by function and library;
     without perf the script says so and exits 2."""
