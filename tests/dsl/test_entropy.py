@@ -68,12 +68,27 @@ def test_both_c_encoding_kernels_write_the_same_block(bits, lanes):
     state bound is 2^32, always without AVX2; lengths around the kernel's
     64 values and with tails)."""
     for kind in ("uniform", "bell", "constant", "skewed") + (("clusters",) if bits >= 5 else ()):
-        for n in (1, 7, 64, 65, 1000, 70_000):
+        for n in (1, 7, 8, 9, 17, 64, 65, 1000, 70_000):
             x = values(kind, n, bits, seed=n)
             width = entropy._width(Field(bits))
             fast = entropy._rans.encode_block(x, width, bits, entropy.BIN_COST, entropy.NODE_COST, lanes, 1)
             plain = entropy._rans.encode_block(x, width, bits, entropy.BIN_COST, entropy.NODE_COST, lanes, 0)
             assert fast == plain
+
+
+@pytest.mark.parametrize("n", [16, 17, 1001])
+def test_a_value_outside_its_bin_is_refused_by_both_encoding_kernels(n):
+    """Counts that add up but put a byte's values under another key (a
+    caller's mistake): the byte falls in no bin of its own, and both loops
+    of the bins and offsets (the table of 256 entries, and the loop of
+    three tables with simd 0) refuse the block rather than code it, at
+    lengths inside the eight-value loop and in its tail."""
+    x = np.where(np.arange(n) % 3 == 0, 200, 10).astype(np.uint8)
+    counts = np.bincount(x, minlength=256).astype(np.int64)
+    counts[199], counts[200] = counts[200], 0  # 200's values claimed by 199
+    for simd in (1, 0):
+        with pytest.raises(ValueError, match="outside its bin"):
+            entropy._rans.encode_block(x, 1, 8, entropy.BIN_COST, entropy.NODE_COST, entropy.LANES, simd, counts)
 
 
 @pytest.mark.parametrize("bits", [1, 4, 5, 8])
