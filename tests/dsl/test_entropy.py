@@ -76,6 +76,21 @@ def test_both_c_encoding_kernels_write_the_same_block(bits, lanes):
             assert fast == plain
 
 
+@pytest.mark.parametrize("keys", [6000, 9000])
+def test_wide_blocks_of_more_than_4096_bins_code_alike(keys, monkeypatch):
+    """A wide block of thousands of equally common 16-bit values takes a
+    bin each and a precision above 12 bits (13, 14): the AVX2 coder then
+    reads two records a bin, where it reads one up to 12 (every other case
+    here); the same bytes as the loop either way, and they decode back."""
+    x = np.random.default_rng(3).permutation(np.repeat(np.arange(keys, dtype=np.uint16) * 7, 40))
+    args = (x, 2, 16, entropy.BIN_COST, entropy.NODE_COST, entropy.WIDE_LANES)
+    fast = entropy._rans.encode_block(*args, 1)
+    assert fast[0] > 12 and fast == entropy._rans.encode_block(*args, 0)
+    monkeypatch.setattr(entropy, "choose_block", lambda values, t, counts=None: 0)  # one block: the one above
+    stream = Ans().encode(x, Field(16))
+    assert np.array_equal(Ans().decode(memoryview(stream), len(x), Field(16)), x)
+
+
 @pytest.mark.parametrize("n", [16, 17, 1001])
 def test_a_value_outside_its_bin_is_refused_by_both_encoding_kernels(n):
     """Counts that add up but put a byte's values under another key (a
