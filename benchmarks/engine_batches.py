@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import brevis  # noqa: E402
+from benchmarks.run import load_items  # noqa: E402
 from brevis.dsl.entropy import narrow  # noqa: E402
 from brevis.native import _rans  # noqa: E402
 
@@ -72,11 +73,11 @@ def replay(calls: list[list[tuple]], merges: list[int], repeat: int) -> dict[int
     return best
 
 
-def measure(item: Path, merges: list[int], repeat: int) -> dict:
+def measure(corpus: Path, name: str, merges: list[int], repeat: int) -> dict:
+    [item] = load_items(corpus, [name])  # the item's files as the harness takes them
     with tempfile.TemporaryDirectory() as tmp:
         archive = Path(tmp) / "item.brv"
-        brevis.compress([str(p) for p in sorted(item.iterdir()) if p.is_file() and p.name != "SOURCE.json"],
-                        archive, force=True)
+        brevis.compress([str(p) for p in item["files"]], archive, force=True)
         calls = recorded_calls(archive.read_bytes())
     engine = [c for c in calls if all(narrow(s[0]) for s in c)]
     values = sum(s[1] for c in engine for s in c)
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         if not item.is_dir():
             print(f"{item}: no such item", file=sys.stderr)
             return 2
-        r = measure(item, merges, args.repeat)
+        r = measure(args.corpus, name, merges, args.repeat)
         cells = [f"{r['ns'][k]:.2f}" if k in r["ns"] else "–" for k in merges]
         print(f"| {name} | {r['calls']} | {r['narrow_calls']} | {r['streams']} | {r['values']} | "
               + " | ".join(cells) + " |")

@@ -242,7 +242,8 @@ def test_coder_kernels_times_each_step_against_another_build(tmp_path, monkeypat
 
 def test_engine_batches_replays_the_narrow_calls_merged(tmp_path, monkeypatch, capsys):
     """The narrow streams' calls of an unpack, recorded and replayed as they
-    came and merged: every count of calls merged timed, the same values."""
+    came and merged: every count of calls merged timed, each stream decoding
+    again (replay raises where one does not)."""
     monkeypatch.syspath_prepend(str(ROOT))
     from benchmarks import engine_batches
 
