@@ -154,9 +154,10 @@ class NotPopulating:
 
 
 def populate(buffers: list[np.ndarray]) -> Populating | NotPopulating:
-    """Fault the buffers' pages in on a thread of their own (madvise
-    MADV_POPULATE_WRITE), in their order, each front to back (the order the
-    decoding threads write them in), until done or told (Populating). The
+    """Fault the buffers' pages in on a thread of their own (a write that
+    changes nothing, or madvise MADV_POPULATE_WRITE: _layout.prefault), in
+    their order, each front to back (the order the decoding threads write
+    them in), until done or told (Populating). The
     kernel zeroes each page it gives a process, about 0.1 ms a MB in huge
     pages on this project's machine; done while the calling thread checks
     an archive's index, it is not done later by the threads that decode.
