@@ -262,6 +262,33 @@ def test_engine_batches_replays_the_narrow_calls_merged(tmp_path, monkeypatch, c
     assert engine_batches.main([str(corpus), "--items", "nothing"]) == 2
 
 
+def test_map_lock_times_the_mmap_calls_beside_each_way_of_faulting(monkeypatch, capsys):
+    """Both ways fault the whole buffer in (its bytes kept) while the loop's
+    mmap calls are timed; a row per way and round."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks import map_lock
+    from brevis.workers import heap
+
+    if not sys.platform.startswith("linux") or heap._layout is None:
+        assert map_lock.main(["--mib", "4", "--rounds", "1"]) == 2
+        return
+    ways = 0
+    for fault in (map_lock.by_madvise, map_lock.by_prefault):
+        buf = np.full(5 << 20, 3, np.uint8)
+        try:
+            fault(buf)
+        except OSError:  # a kernel before 5.14: madvise refuses (the script leaves it out)
+            assert fault is map_lock.by_madvise
+            continue
+        ways += 1
+        assert np.all(buf == 3)
+        s = map_lock.one_round(fault, 8)
+        assert s["calls"] >= 1 and 0 <= s["median"] <= s["p99"] <= s["longest"] and s["ms"] > 0
+    assert map_lock.main(["--mib", "8", "--rounds", "2"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("| madvise", "| prefault"))]
+    assert len(rows) == 2 * ways
+
+
 def test_unpack_profile_counts_the_unpack_window_only(tmp_path, monkeypatch, capsys):
     """Samples inside the unpack's window count, by function and library;
     without perf the script says so and exits 2."""

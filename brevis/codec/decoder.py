@@ -113,8 +113,15 @@ def unpack(archive, *, threads: int = 1, base=None, progress: Progress = None) -
 
 # unpack's output is made before the index's checks, and faulted in on a
 # thread of its own while they run, where the output is at least
-# EARLY_BYTES and at most EARLY_MOST. The thread costs its start and, while
-# it faults pages in, the memory map's lock. Measured, one-shot unpack at 2
+# EARLY_BYTES and at most EARLY_MOST. The thread costs its start; up to
+# 065c329 it also held the memory map's lock while it faulted pages in
+# (MADV_POPULATE_WRITE), and a huge page slow to come stalled the main
+# thread's next mmap, reading the index (benchmarks/map_lock.py): on the
+# AMD EPYC, fresh processes taking turns, median ms of the index / of the
+# unpack, ppocr (15 each) 10.85 / 43.85 -> 7.16 / 38.98, pocketnet (10)
+# 6.09 / 21.32 -> 3.68 / 16.97 (its longest index 21.87 -> 4.95); where
+# huge pages came fast, 24 each, 0.95-1.02 of the mean. The early buffers
+# themselves, measured, one-shot unpack at 2
 # threads, 50 runs each, interleaved: ppocr (28 MB, index 65 KB) mean
 # 32.61 -> 31.45 ms, p90 35.64 -> 33.01. It once waited for an index text
 # of 32 KB too; on the AMD EPYC (whose kernel sometimes zeroes pages far
