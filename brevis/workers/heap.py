@@ -167,7 +167,8 @@ def populate(buffers: list[np.ndarray]) -> Populating | NotPopulating:
     slowly (SLOW_SPAN_NS; numpy asks for them on arrays of 4 MiB or more)
     it turns them off for all that is not faulted yet: the decoding
     threads fault that in base pages. Without the extension, POPULATE_STEP
-    at a time until checked, as numpy asked. Nothing where the kernel does
+    at a time until checked, as numpy asked. Where madvise is the way
+    (without the extension, or off x86-64), nothing where the kernel does
     not populate (before Linux 5.14, other systems): the pages are faulted
     by their first write."""
     if not buffers or not _advise_ready():
