@@ -58,6 +58,19 @@ POPULATE_STEP = 8 << 20  # bytes a call populates before looking whether to stop
 _madvise = None  # without the extension: madvise(at, n, MADV_POPULATE_WRITE) once looked up (False: none)
 
 
+def populate_write():
+    """madvise(at, n, MADV_POPULATE_WRITE) through ctypes, as a call of
+    (at, n) returning 0 or -1; None where the C library has no madvise."""
+    try:
+        import ctypes
+
+        f = ctypes.CDLL(None).madvise
+    except (OSError, AttributeError):
+        return None
+    f.argtypes, f.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
+    return lambda at, n: f(at, n, MADV_POPULATE_WRITE)
+
+
 def _advise_ready() -> bool:
     """Whether populate can run here: on Linux, through the extension
     (_layout.prefault, which ends at the kernel's first refusal) or else
@@ -68,15 +81,7 @@ def _advise_ready() -> bool:
         return True
     global _madvise
     if _madvise is None:
-        _madvise = False
-        try:
-            import ctypes
-
-            f = ctypes.CDLL(None).madvise
-            f.argtypes, f.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
-            _madvise = lambda at, n: f(at, n, MADV_POPULATE_WRITE)  # noqa: E731
-        except (OSError, AttributeError):
-            pass
+        _madvise = populate_write() or False
     return _madvise is not False
 
 
