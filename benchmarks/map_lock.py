@@ -75,12 +75,14 @@ def one_round(fault, mib: int) -> dict:
     calls = []
     thread = threading.Thread(target=run)
     thread.start()
-    while not ended.is_set():
+    while True:  # one call at least: a small buffer can be faulted in before the first
         start = time.perf_counter()
         m = mmap.mmap(-1, 1 << 20)
         m[0] = 1
         m.close()
         calls.append((time.perf_counter() - start) * 1e3)
+        if ended.is_set():
+            break
     thread.join()
     calls.sort()
     return {"ms": took[0] * 1e3, "calls": len(calls), "median": statistics.median(calls),
