@@ -23,7 +23,7 @@ import numpy as np
 
 from ..archive.schema import SearchKind
 from ..dsl import Ans, BytePlanes, FloatFields, LowZeroBits, Lzma, Partition, Raw, Records, View, Zstd
-from ..dsl.delta import ZigZag
+from ..dsl.delta import Delta, ZigZag
 from ..dsl.interpreter import encode, estimate
 from ..dsl.reference import SubBase, XorBase
 from ..dsl.program import Program
@@ -427,11 +427,14 @@ def _checked(program: Program, estimate: float, root: Value, seg: SegmentInfo, s
     """A shortcut's program (a learned or a sibling's), taken only where
     the structure detectors find nothing it misses (else None: search):
     it must do as well as the fixed programs (_plain), drop dead low bits
-    (_misses_dead_bits) and split floats by this segment's exponents
-    (_other_exponents)."""
+    (_misses_dead_bits), split floats by this segment's exponents
+    (_other_exponents) and come near its neighbours' differences
+    (_misses_differences)."""
     if program not in _plain_programs(seg.t) and estimate > _plain(root, seg, scale):
         return None
     if _misses_dead_bits(program, root):
+        return None
+    if _misses_differences(program, estimate, root, scale):
         return None
     if _other_exponents(program, root, seg):
         return None
@@ -540,6 +543,17 @@ def _misses_dead_bits(program: Program, root: Value) -> bool:
     if "dead" not in root.memo:
         root.memo["dead"] = _dead_low_bits(root)
     return root.memo["dead"] > 0 and not _has(program, LowZeroBits)
+
+
+def _misses_differences(program: Program, estimate: float, root: Value, scale: float) -> bool:
+    """Whether a program that codes a float tensor's values as they are
+    (not their differences) is taken where neighbouring values are alike
+    (Value.neighbours_alike), its estimate more than ENTROPY_SLACK above
+    the entropy of the differences: a program learned on other tensors, or
+    a sibling's (sevenn's exp_avg_sq: `ans` 8 % larger than `delta` and
+    `ans`, which the search then finds)."""
+    return (root.neighbours_alike and not isinstance(program.node, Delta)
+            and estimate > root.difference_bytes * scale * ENTROPY_SLACK + ENTROPY_FLOOR)
 
 
 def _other_exponents(program: Program, root: Value, seg: SegmentInfo) -> bool:

@@ -76,36 +76,72 @@ class Value:
         """Order-0 entropy of the sample's bytes (per byte plane for wide
         fields, with the Miller-Madow small-sample correction), at most the
         raw size: an optimistic size for what is left of this value."""
-        x = self.joined
-        if not len(x):
-            return 0.0
-        planes = [x.astype(np.uint8)] if self.t.bits <= 8 else \
-            [p for p in x.view(np.uint8).reshape(len(x), -1).T[: (self.t.bits + 7) // 8]]
-        total = sum(_entropy_bits(plane) for plane in planes)
-        if 8 < self.t.bits <= 16 or self.t.bits in (24, 32):
-            # The top 16 bits as one symbol (what `ans` codes): below the
-            # planes' sum where they depend on each other (a float's
-            # exponent and top mantissa bits).
-            shift = max(0, self.t.bits - 16)
-            joint = _entropy_bits((x >> x.dtype.type(shift)).astype(np.uint16)) + \
-                sum(_entropy_bits(plane) for plane in planes[: shift // 8])
-            total = min(total, joint)
-        if self.t.bits > 16 and self.depth == 0:
-            # Few distinct wide values (dequantized weights, a table of
-            # floats): their own entropy, far below the planes' (what `rank`
-            # codes, proposed for wide values where they are a root: a
-            # segment's, or a tensor read out of bytes). Without it the
-            # search would judge the value by its planes and never open it.
-            seen = x[:: max(1, len(x) // FEW_PROBE)]
-            if _distinct(seen) <= FEW_VALUES:
-                _, counts = np.unique(x, return_counts=True)
-                total = min(total, _counts_bits(counts))
-        return float(min(total, self.t.bits * len(x))) / 8
+        return _order0_bits(self.joined, self.t.bits, self.depth == 0) / 8
+
+    @cached_property
+    def difference_bytes(self) -> float | None:
+        """Where `delta` is proposed at a float tensor's root, the order-0
+        entropy (as entropy_bytes) of the differences of neighbouring bit
+        patterns, each slice's first element as it is (as `delta` codes a
+        chunk); None elsewhere."""
+        t = self.t
+        if not (self.parent is None and not self.opaque and isinstance(t, Tensor)
+                and t.dtype.is_float and t.bits > 8 and len(self.joined) > len(self.slices)):
+            return None
+        parts = []
+        for s in self.slices:
+            d = np.empty_like(s)
+            d[:1] = s[:1]
+            np.subtract(s[1:], s[:-1], out=d[1:])  # modulo the container's width, which t.bits fills
+            parts.append(d)
+        return _order0_bits(np.concatenate(parts) if len(parts) > 1 else parts[0], t.bits, False) / 8
+
+    @cached_property
+    def neighbours_alike(self) -> bool:
+        """Whether neighbouring values' differences have less entropy than
+        the values (difference_bytes): a float of one sign is monotone in its
+        bits, so where a tensor changes smoothly (Adam's second moments)
+        they are small. The search then keeps `delta` whatever its prior
+        says, and the planner searches rather than take a learned or a
+        sibling's program that does not come near them (sevenn's
+        exp_avg_sq: `ans` 8 % larger than `delta` and `ans`)."""
+        d = self.difference_bytes
+        return d is not None and d < self.entropy_bytes
 
     @cached_property
     def is_constant(self) -> bool:
         x = self.joined
         return bool(len(x)) and bool(np.all(x == x[0]))
+
+
+def _order0_bits(x: np.ndarray, bits: int, root: bool) -> float:
+    """Order-0 entropy in bits of `bits`-bit values x: per byte plane for
+    wide fields, or the top 16 bits as one symbol where lower; for a
+    root's wide values, also as symbols where they are few. At most the raw size."""
+    if not len(x):
+        return 0.0
+    planes = [x.astype(np.uint8)] if bits <= 8 else \
+        [p for p in x.view(np.uint8).reshape(len(x), -1).T[: (bits + 7) // 8]]
+    total = sum(_entropy_bits(plane) for plane in planes)
+    if 8 < bits <= 16 or bits in (24, 32):
+        # The top 16 bits as one symbol (what `ans` codes): below the
+        # planes' sum where they depend on each other (a float's
+        # exponent and top mantissa bits).
+        shift = max(0, bits - 16)
+        joint = _entropy_bits((x >> x.dtype.type(shift)).astype(np.uint16)) + \
+            sum(_entropy_bits(plane) for plane in planes[: shift // 8])
+        total = min(total, joint)
+    if bits > 16 and root:
+        # Few distinct wide values (dequantized weights, a table of
+        # floats): their own entropy, far below the planes' (what `rank`
+        # codes, proposed for wide values where they are a root: a
+        # segment's, or a tensor read out of bytes). Without it the
+        # search would judge the value by its planes and never open it.
+        seen = x[:: max(1, len(x) // FEW_PROBE)]
+        if _distinct(seen) <= FEW_VALUES:
+            _, counts = np.unique(x, return_counts=True)
+            total = min(total, _counts_bits(counts))
+    return float(min(total, bits * len(x)))
 
 
 def _counts_bits(counts: np.ndarray) -> float:

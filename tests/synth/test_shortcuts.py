@@ -154,3 +154,74 @@ def test_a_learned_split_of_alike_parts_is_undone_where_the_whole_codes_smaller(
     plan = Planner(2, prior).plan(seg)
     assert plan.stats["search"] == "learned", plan.stats
     assert plan.program == Program.op(Records(fields=[[1, 2], [1, 2], [16, 1]]), ans, ans, ans), plan.program
+
+
+def smooth(n: int) -> np.ndarray:
+    """An Adam second moment's look: positive, spanning decades, neighbours alike."""
+    walk = np.cumsum(RNG.standard_normal(n) * 0.05)
+    return (np.exp(walk - 25) * (1 + 0.01 * RNG.standard_normal(n))).astype(np.float32)
+
+
+def ans_prior(t, role: str, relative: float | None = None):
+    """A prior that saw `ans` win at the root of every tensor it learned on
+    (it prunes `delta` there), and with `relative`, has it as a learned program."""
+    from brevis.dsl import Ans, Program
+    from brevis.synth.prior import Prior
+
+    prior = Prior(samples=8)
+    for _ in range(8):
+        prior.observe(Program.leaf(Ans()), t, role)
+    if relative is not None:
+        prior.remember(Program.leaf(Ans()), t, role, relative)
+    return prior
+
+
+def test_neighbours_alike_are_searched_not_given_a_learned_program():
+    """sevenn's exp_avg_sq (held out): `ans`, learned elsewhere, came within
+    the bar of the values' own entropy and was taken, 8 % larger than
+    `delta` then `ans`. A learned program that codes the values as they are
+    is refused where neighbours are alike, and the search finds `delta`,
+    which the prior would prune."""
+    from brevis.dsl import Delta
+    from brevis.dsl.types import tensor
+    from brevis.dtypes import DTYPES
+    from brevis.synth.planner import Planner, SearchKind, SegmentInfo
+
+    t = tensor(DTYPES["F32"])
+    data = smooth(1 << 16).tobytes()
+    seg = SegmentInfo("state.3.exp_avg_sq", t, (1 << 16,), len(data), 1, lambda o, n: data[o:o + n])
+    plan = Planner(2, ans_prior(t, seg.role, relative=2.0)).plan(seg)  # a lax bar: it would be taken
+    assert plan.stats["search"] == SearchKind.SEARCH and plan.program.node == Delta(stride=1), (plan.stats, plan.program)
+
+
+def test_a_pruned_delta_is_tried_after_the_search():
+    """An informed prior prunes `delta`; where neighbours are alike it is
+    tried after the search with a budget of its own, and taken where it
+    costs less. The prior's learning (an uninformed prior) never tries it
+    apart: the search there prunes nothing."""
+    from brevis.dsl import Delta
+    from brevis.dsl.types import tensor
+    from brevis.dtypes import DTYPES
+    from brevis.synth.proposals import Value
+    from brevis.synth.search import Budget, Search, search
+    from brevis.synth.prior import Prior
+
+    t = tensor(DTYPES["F32"])
+    x = smooth(1 << 16).view(np.uint32)
+    root = Value([x[i:i + 16384] for i in range(0, 1 << 16, 16384)], t)
+    prior = ans_prior(t, "other")
+    assert Delta(stride=1) not in [p for p, _ in Search(prior, "other", 1.0, 1, Budget()).options(root)]
+    found = search(root, prior, "other", 1.0, 1, Budget(64, 10))
+    assert found.program.node == Delta(stride=1), found.program
+    dense = (RNG.standard_normal(1 << 16) * 0.02).astype(np.float32).view(np.uint32)
+    assert search(Value([dense], t), prior, "other", 1.0, 1, Budget(64, 10)).program.node != Delta(stride=1)
+
+    def never(self, root):
+        raise AssertionError("learning tried delta apart")
+
+    Search.differences, kept = never, Search.differences
+    try:
+        learned = search(Value(list(root.slices), t), Prior(), "other", 1.0, 1, Budget(400, 10))
+    finally:
+        Search.differences = kept
+    assert learned.program.node == Delta(stride=1), learned.program
