@@ -173,7 +173,7 @@ class SegmentInfo:
             return ("records", repr(self.records), self.role)
         if not isinstance(self.t, Tensor) or self.length <= TINY:
             return None
-        return (self.t.dtype.name, self.role, self.shape)
+        return (self.t.dtype.name, self.role, self.shape, leaf_name(self.name))
 
     @property
     def stratum(self) -> str:
@@ -552,7 +552,7 @@ def _misses_differences(program: Program, estimate: float, root: Value, scale: f
     the entropy of the differences: a program learned on other tensors, or
     a sibling's (sevenn's exp_avg_sq: `ans` 8 % larger than `delta` and
     `ans`, which the search then finds)."""
-    return (root.neighbours_alike and not isinstance(program.node, Delta)
+    return (not isinstance(program.node, Delta) and root.neighbours_alike
             and estimate > root.difference_bytes * scale * ENTROPY_SLACK + ENTROPY_FLOOR)
 
 

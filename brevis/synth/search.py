@@ -216,7 +216,7 @@ class Search:
             if fixed_cost < cost:
                 cost, program = fixed_cost, fixed
         informed = self.prior.informed(Prior.context(root.parent_id, root.t, self.role))
-        if (root.neighbours_alike and informed and not isinstance(program.node, Delta)
+        if (informed and not isinstance(program.node, Delta) and root.neighbours_alike
                 and root.difference_bytes * self.scale < cost):  # (their entropy: what delta's child costs at best)
             found = self.differences(root)
             if found is not None and found[0] < cost:
