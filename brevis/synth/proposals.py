@@ -107,10 +107,11 @@ class Value:
         """Whether neighbouring values' differences have less entropy than
         the values (difference_bytes): a float of one sign is monotone in its
         bits, so where a tensor changes smoothly (Adam's second moments)
-        they are small. The search then keeps `delta` whatever its prior
-        says, and the planner searches rather than take a learned or a
-        sibling's program that does not come near them (sevenn's
-        exp_avg_sq: `ans` 8 % larger than `delta` and `ans`)."""
+        they are small. The planner then searches rather than take a
+        learned or a sibling's program that does not come near them
+        (sevenn's exp_avg_sq: `ans` 8 % larger than `delta` and `ans`), and
+        an informed search that found no `delta` tries it after
+        (Search.differences), whatever its prior says."""
         d = self.difference_bytes
         return d is not None and d < self.entropy_bytes
 
