@@ -194,7 +194,7 @@ def test_neighbours_alike_are_searched_not_given_a_learned_program():
     assert plan.stats["search"] == SearchKind.SEARCH and plan.program.node == Delta(stride=1), (plan.stats, plan.program)
 
 
-def test_a_pruned_delta_is_tried_after_the_search():
+def test_a_pruned_delta_is_tried_after_the_search(monkeypatch):
     """An informed prior prunes `delta`; where neighbours are alike it is
     tried after the search with a budget of its own, and taken where it
     costs less. The prior's learning (an uninformed prior) never tries it
@@ -219,11 +219,8 @@ def test_a_pruned_delta_is_tried_after_the_search():
     def never(self, root):
         raise AssertionError("learning tried delta apart")
 
-    Search.differences, kept = never, Search.differences
-    try:
-        learned = search(Value(list(root.slices), t), Prior(), "other", 1.0, 1, Budget(400, 10))
-    finally:
-        Search.differences = kept
+    monkeypatch.setattr(Search, "differences", never)
+    learned = search(Value(list(root.slices), t), Prior(), "other", 1.0, 1, Budget(400, 10))
     assert learned.program.node == Delta(stride=1), learned.program
 
 
