@@ -20,8 +20,9 @@ on tmpfs (--out-dir), as its file-to-file pass (without its fsync, which
 costs nothing on tmpfs); `compress`, brevis.compress of the item into an
 archive on tmpfs, as its compression (no archive made first), each side's
 archives compared too. Prints, per item, the mean, median and best of each
-side in ms and B's mean over A's (compress: and whether every archive of
-both sides has the same bytes); the worktrees are removed at the end.
+side in ms and B's mean over A's (compress: whether every archive of
+both sides has the same bytes, else each side's size and B's over A's);
+the worktrees are removed at the end.
 Compare two worktrees where the effect is a few per cent: a fresh
 worktree compressed the same code about 8 % slower than this checkout
 (2026-12-05), where unpack ran alike.
@@ -78,15 +79,16 @@ def checkout(rev: str, tmp: Path) -> Path:
     return tree
 
 
-def run_once(tree: Path, mode: str, archive: Path, threads: int, out: Path) -> tuple[float, str | None]:
+def run_once(tree: Path, mode: str, archive: Path, threads: int, out: Path) -> tuple[float, tuple | None]:
     """Seconds of one call in a fresh process of `tree`'s revision
     (unpack_profile's one-shot run, the same as it profiles), and for a
-    compression the SHA-256 of the archive it wrote (`archive`: the item)."""
+    compression the SHA-256 and size of the archive it wrote (`archive`: the item)."""
     shutil.rmtree(out, ignore_errors=True)
     p = subprocess.run(one_shot(archive, threads, mode, out), capture_output=True, text=True, cwd=tree)
     digest = None
     if mode == "compress" and (out / "item.brv").exists():
-        digest = hashlib.sha256((out / "item.brv").read_bytes()).hexdigest()
+        data = (out / "item.brv").read_bytes()
+        digest = (hashlib.sha256(data).hexdigest(), len(data))
     shutil.rmtree(out, ignore_errors=True)
     found = window(p.stderr)
     if p.returncode or found is None:
@@ -95,27 +97,41 @@ def run_once(tree: Path, mode: str, archive: Path, threads: int, out: Path) -> t
 
 
 def race(trees: tuple[Path, Path], mode: str, archives: tuple[Path, Path], runs: int, threads: int,
-         out: Path) -> tuple[list[float], list[float], set]:
+         out: Path) -> tuple[list[float], list[float], tuple[set, set]]:
     """Each side's seconds over `runs` turns, A then B in each (side k
-    reading archives[k]), and the archives' digests they wrote (compress;
-    else none)."""
+    reading archives[k]), and each side's archives it wrote, as (SHA-256,
+    size) (compress; else none)."""
     times: tuple[list[float], list[float]] = ([], [])
-    digests: set = set()
+    digests: tuple[set, set] = (set(), set())
     for _ in range(runs):
         for side, tree in enumerate(trees):
             seconds, digest = run_once(tree, mode, archives[side], threads, out)
             times[side].append(seconds)
             if digest is not None:
-                digests.add(digest)
+                digests[side].add(digest)
     return times[0], times[1], digests
 
 
-def row(item: str, a: list[float], b: list[float], digests: set | None = None) -> str:
+def row(item: str, a: list[float], b: list[float], digests: tuple[set, set] | None = None) -> str:
     def cells(t):
         return f"{statistics.mean(t) * 1e3:.2f} / {statistics.median(t) * 1e3:.2f} / {min(t) * 1e3:.2f}"
 
-    same = "" if digests is None else (" same bytes |" if len(digests) == 1 else f" {len(digests)} different |")
-    return f"| {item} | {cells(a)} | {cells(b)} | {statistics.mean(b) / statistics.mean(a):.3f} |{same}"
+    return f"| {item} | {cells(a)} | {cells(b)} | {statistics.mean(b) / statistics.mean(a):.3f} |" + \
+        ("" if digests is None else f" {archives_cell(*digests)} |")
+
+
+def archives_cell(a: set, b: set) -> str:
+    """`same bytes`, or each side's archive size in bytes (a range where a
+    side's runs wrote more than one) and B's over A's (their largest)."""
+    if len(a | b) == 1:
+        return "same bytes"
+
+    def size(s):
+        lo, hi = min(n for _, n in s), max(n for _, n in s)
+        return f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,} ({len(s)} different)"
+
+    most_a, most_b = max(n for _, n in a), max(n for _, n in b)
+    return f"{size(a)} / {size(b)} ({(most_b / most_a - 1) * 100:+.4f} %)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"taking turns, {args.threads} threads\n")
             compressing = args.mode == "compress"
             print("| item | A ms: mean / median / best | B ms: mean / median / best | B / A (means) |"
-                  + (" archives |" if compressing else ""))
+                  + (" archives: A / B bytes |" if compressing else ""))
             print("|---|---|---|---|" + ("---|" if compressing else ""))
             for item in items:
                 # What each side's runs read: the item, A's archive of it, or (--own-archives) each its own.

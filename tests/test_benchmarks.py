@@ -438,7 +438,7 @@ def test_scaling_measures_each_jobs_count_and_concurrent_runs(tmp_path):
 def test_ab_races_two_trees_in_turns(tmp_path, monkeypatch, capsys):
     """The checkout against itself (no worktree to build): a row per item
     with each side's mean / median / best and B / A, in each mode (and
-    compress: whether the archives are the same bytes); an
+    compress: whether the archives are the same bytes, else their sizes); an
     unknown revision and an item not in the corpus exit 2, saying why."""
     monkeypatch.syspath_prepend(str(ROOT))
     from benchmarks import ab
@@ -456,6 +456,10 @@ def test_ab_races_two_trees_in_turns(tmp_path, monkeypatch, capsys):
         assert re.search(r"^\| tiny \| [\d.]+ / [\d.]+ / [\d.]+ \| [\d.]+ / [\d.]+ / [\d.]+ \| [\d.]+ \|" + same + "$",
                          out, re.M)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]  # the outputs removed
+    # archives that differ: each side's size and B's over A's; a side whose runs differ, its range
+    assert ab.archives_cell({("x", 1000)}, {("y", 990)}) == "1,000 / 990 (-1.0000 %)"
+    assert ab.archives_cell({("x", 1000), ("z", 1002)}, {("x", 1000)}) == \
+        "1,000-1,002 (2 different) / 1,000 (-0.1996 %)"
     assert ab.main(["no-such-revision", ".", str(tmp_path / "corpus"), "--items", "tiny"]) == 2
     assert "'no-such-revision' is not a revision" in capsys.readouterr().err
     assert ab.main([".", ".", str(tmp_path / "corpus"), "--items", "tiny,absent"]) == 2
