@@ -76,7 +76,29 @@ class Value:
         """Order-0 entropy of the sample's bytes (per byte plane for wide
         fields, with the Miller-Madow small-sample correction), at most the
         raw size: an optimistic size for what is left of this value."""
-        return _order0_bits(self.joined, self.t.bits, self.depth == 0) / 8
+        x = self.joined
+        if not len(x):
+            return 0.0
+        planes = [x.astype(np.uint8)] if self.t.bits <= 8 else \
+            [p for p in x.view(np.uint8).reshape(len(x), -1).T[: (self.t.bits + 7) // 8]]
+        total = sum(_entropy_bits(plane) for plane in planes)
+        if 8 < self.t.bits <= 16 or self.t.bits in (24, 32):
+            # The top 16 bits as one symbol (what `ans` codes): below the
+            # planes' sum where they depend on each other (a float's
+            # exponent and top mantissa bits).
+            shift = max(0, self.t.bits - 16)
+            total = min(total, _top_bits(x, self.t.bits) + sum(_entropy_bits(plane) for plane in planes[: shift // 8]))
+        if self.t.bits > 16 and self.depth == 0:
+            # Few distinct wide values (dequantized weights, a table of
+            # floats): their own entropy, far below the planes' (what `rank`
+            # codes, proposed for wide values where they are a root: a
+            # segment's, or a tensor read out of bytes). Without it the
+            # search would judge the value by its planes and never open it.
+            seen = x[:: max(1, len(x) // FEW_PROBE)]
+            if _distinct(seen) <= FEW_VALUES:
+                _, counts = np.unique(x, return_counts=True)
+                total = min(total, _counts_bits(counts))
+        return float(min(total, self.t.bits * len(x))) / 8
 
     @cached_property
     def difference_bytes(self) -> float | None:
@@ -121,41 +143,10 @@ class Value:
         return bool(len(x)) and bool(np.all(x == x[0]))
 
 
-def _order0_bits(x: np.ndarray, bits: int, root: bool) -> float:
-    """Order-0 entropy in bits of `bits`-bit values x: per byte plane for
-    wide fields, or the top 16 bits as one symbol where lower; for a
-    root's wide values, also as symbols where they are few. At most the raw size."""
-    if not len(x):
-        return 0.0
-    planes = [x.astype(np.uint8)] if bits <= 8 else \
-        [p for p in x.view(np.uint8).reshape(len(x), -1).T[: (bits + 7) // 8]]
-    total = sum(_entropy_bits(plane) for plane in planes)
-    if 8 < bits <= 16 or bits in (24, 32):
-        # The top 16 bits as one symbol (what `ans` codes): below the
-        # planes' sum where they depend on each other (a float's
-        # exponent and top mantissa bits).
-        shift = max(0, bits - 16)
-        joint = _entropy_bits((x >> x.dtype.type(shift)).astype(np.uint16)) + \
-            sum(_entropy_bits(plane) for plane in planes[: shift // 8])
-        total = min(total, joint)
-    if bits > 16 and root:
-        # Few distinct wide values (dequantized weights, a table of
-        # floats): their own entropy, far below the planes' (what `rank`
-        # codes, proposed for wide values where they are a root: a
-        # segment's, or a tensor read out of bytes). Without it the
-        # search would judge the value by its planes and never open it.
-        seen = x[:: max(1, len(x) // FEW_PROBE)]
-        if _distinct(seen) <= FEW_VALUES:
-            _, counts = np.unique(x, return_counts=True)
-            total = min(total, _counts_bits(counts))
-    return float(min(total, bits * len(x)))
-
-
 def _top_bits(x: np.ndarray, bits: int) -> float:
-    """Order-0 entropy in bits of the top 16 bits of `bits`-bit values (as
-    _order0_bits counts them: the counts memo has them)."""
-    shift = max(0, bits - 16)
-    return _entropy_bits((x >> x.dtype.type(shift)).astype(np.uint16) if shift else x.astype(np.uint16, copy=False))
+    """Order-0 entropy in bits of the top 16 bits of `bits`-bit values, as
+    one symbol (what `ans` codes; entropy_bytes's joint count)."""
+    return _entropy_bits((x >> x.dtype.type(max(0, bits - 16))).astype(np.uint16))
 
 
 def _counts_bits(counts: np.ndarray) -> float:
