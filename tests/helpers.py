@@ -333,3 +333,10 @@ def largest_stream(archive: str | os.PathLike, path: str | None = None) -> tuple
         files = [f for f in reader.index.files if path is None or f.path == path]
         return max((st for f in files for seg in f.segments for c in seg.chunks for st in c.streams),
                    key=lambda st: st[1])
+
+
+def second_moments(rng: np.random.Generator, n: int) -> np.ndarray:
+    """F32 values that look like an Adam optimizer's second moments:
+    positive, spanning decades, neighbours alike (a random walk of logs)."""
+    walk = np.cumsum(rng.standard_normal(n) * 0.05)
+    return (np.exp(walk - 25) * (1 + 0.01 * rng.standard_normal(n))).astype(np.float32)

@@ -14,6 +14,7 @@ from brevis.dtypes import DTYPES
 from brevis.synth.prior import Prior
 from brevis.synth.search import Budget, Search
 from brevis.synth.proposals import HALF_FIELDS, NIBBLES, Value, child_row, proposals
+from helpers import second_moments
 
 HINTS = ("splits_records", "delta_children", "signed_children", "ranked_children", "keeps_order", "typed_children")
 
@@ -177,19 +178,13 @@ def test_row_heads_never_tell_equal_rows_apart():
         assert _distinct(heads) <= _distinct(np.ascontiguousarray(rows).view(np.dtype((np.void, width * rows.itemsize))))
 
 
-def smooth(n: int) -> np.ndarray:
-    """An Adam second moment's look: positive, spanning decades, neighbours alike."""
-    walk = np.cumsum(RNG.standard_normal(n) * 0.05)
-    return (np.exp(walk - 25) * (1 + 0.01 * RNG.standard_normal(n))).astype(np.float32)
-
-
 def test_neighbours_alike_where_their_differences_have_less_entropy():
     """A smooth float tensor's root: the differences' entropy (their top 16
     bits counted, the rest taken as the values') is below the values' own,
     each slice differenced on its own, and near the differences' whole
     order-0 entropy; dense weights: not."""
     t = tensor(DTYPES["F32"])
-    x = smooth(65536).view(np.uint32)
+    x = second_moments(RNG, 65536).view(np.uint32)
     v = Value([x[i:i + 16384] for i in range(0, 65536, 16384)], t)
     assert v.neighbours_alike and v.difference_bytes < 0.85 * v.entropy_bytes
     d = np.concatenate([np.concatenate([s[:1], s[1:] - s[:-1]]) for s in v.slices])
@@ -201,7 +196,7 @@ def test_neighbours_alike_where_their_differences_have_less_entropy():
 
 @pytest.mark.parametrize("where", ["child", "integers", "one each"])
 def test_only_a_float_tensors_root_has_differences(where):
-    x = smooth(4096).view(np.uint32)
+    x = second_moments(RNG, 4096).view(np.uint32)
     v = {"child": lambda: child(x, 32, Delta(stride=1)),
          "integers": lambda: Value([x], tensor(DTYPES["U32"])),
          "one each": lambda: Value([x[:1], x[1:2]], tensor(DTYPES["F32"]))}[where]()

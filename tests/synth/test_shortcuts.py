@@ -9,6 +9,7 @@ import pytest
 from safetensors.numpy import save_file
 
 import brevis
+from helpers import second_moments
 
 RNG = np.random.default_rng(7)
 
@@ -156,12 +157,6 @@ def test_a_learned_split_of_alike_parts_is_undone_where_the_whole_codes_smaller(
     assert plan.program == Program.op(Records(fields=[[1, 2], [1, 2], [16, 1]]), ans, ans, ans), plan.program
 
 
-def smooth(n: int) -> np.ndarray:
-    """An Adam second moment's look: positive, spanning decades, neighbours alike."""
-    walk = np.cumsum(RNG.standard_normal(n) * 0.05)
-    return (np.exp(walk - 25) * (1 + 0.01 * RNG.standard_normal(n))).astype(np.float32)
-
-
 def ans_prior(t, role: str, relative: float | None = None):
     """A prior that saw `ans` win at the root of every tensor it learned on
     (it prunes `delta` there), and with `relative`, has it as a learned program."""
@@ -188,7 +183,7 @@ def test_neighbours_alike_are_searched_not_given_a_learned_program():
     from brevis.synth.planner import Planner, SearchKind, SegmentInfo
 
     t = tensor(DTYPES["F32"])
-    data = smooth(1 << 16).tobytes()
+    data = second_moments(RNG, 1 << 16).tobytes()
     seg = SegmentInfo("state.3.exp_avg_sq", t, (1 << 16,), len(data), 1, lambda o, n: data[o:o + n])
     plan = Planner(2, ans_prior(t, seg.role, relative=2.0)).plan(seg)  # a lax bar: it would be taken
     assert plan.stats["search"] == SearchKind.SEARCH and plan.program.node == Delta(stride=1), (plan.stats, plan.program)
@@ -207,7 +202,7 @@ def test_a_pruned_delta_is_tried_after_the_search(monkeypatch):
     from brevis.synth.prior import Prior
 
     t = tensor(DTYPES["F32"])
-    x = smooth(1 << 16).view(np.uint32)
+    x = second_moments(RNG, 1 << 16).view(np.uint32)
     root = Value([x[i:i + 16384] for i in range(0, 1 << 16, 16384)], t)
     prior = ans_prior(t, "other")
     assert Delta(stride=1) not in [p for p, _ in Search(prior, "other", 1.0, 1, Budget()).options(root)]
