@@ -105,6 +105,7 @@ REUSE_TOLERANCE = 1.02  # a sibling's program is kept if within 2 % of its cost 
 BYTES_PER_EXPANSION = 1024  # small segments get small search budgets
 WIDE_BUDGET_MOST = 4  # ... and those searched unpruned up to this many times the effort's
 BYTES_LEARN_FACTOR = 4  # ... and byte spans a wider one when the prior is learned on them
+SPIKE_BITS = 0.1  # bits a value a plain `ans` may pay for its commonest word's low bits
 ENTROPY_SLACK = 1.05  # ... and within 5 % of this segment's own order-0 entropy estimate
 LIBRARY_TRIALS = 8  # learned programs tried on a segment before searching
 ENTROPY_FLOOR = 64  # bytes added to entropy estimates: a constant tensor's is 0
@@ -436,6 +437,8 @@ def _checked(program: Program, estimate: float, root: Value, seg: SegmentInfo, s
         return None
     if _misses_differences(program, estimate, root, scale):
         return None
+    if _misses_spike(program, root):
+        return None
     if _other_exponents(program, root, seg):
         return None
     program, estimate = _unsplit(program, estimate, root, seg, scale)
@@ -554,6 +557,13 @@ def _misses_differences(program: Program, estimate: float, root: Value, scale: f
     `ans`, which the search then finds)."""
     return (not isinstance(program.node, Delta) and root.neighbours_alike
             and estimate > root.difference_bytes * scale * ENTROPY_SLACK + ENTROPY_FLOOR)
+
+
+def _misses_spike(program: Program, root: Value) -> bool:
+    """Whether a plain `ans` of a wide field is taken where one word is
+    common enough that its bin's raw low bits cost SPIKE_BITS a value or
+    more (Value.spike_bits): other programs code it apart."""
+    return isinstance(program.node, Ans) and not program.children and root.spike_bits >= SPIKE_BITS
 
 
 def _other_exponents(program: Program, root: Value, seg: SegmentInfo) -> bool:

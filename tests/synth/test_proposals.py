@@ -194,6 +194,18 @@ def test_neighbours_alike_where_their_differences_have_less_entropy():
     assert not Value([dense], t).neighbours_alike
 
 
+def test_spike_bits_are_the_commonest_words_raw_low_bits():
+    """A wide field's commonest word (a float tensor's zeros) costs `ans`
+    its share times the bits below the 16-bit key; a field of 16 bits or
+    fewer costs nothing (its keys are its words)."""
+    x = (RNG.standard_normal(40000) * 0.02).astype(np.float32)
+    x[:1000] = 0  # 2.5 %
+    v = Value([x.view(np.uint32)], tensor(DTYPES["F32"]))
+    assert v.spike_bits == pytest.approx(0.025 * 16)
+    assert Value([x[1000:].view(np.uint32)], tensor(DTYPES["F32"])).spike_bits < 0.01
+    assert Value([x.astype(np.float16).view(np.uint16)], tensor(DTYPES["F16"])).spike_bits == 0
+
+
 @pytest.mark.parametrize("where", ["child", "integers", "one each"])
 def test_only_a_float_tensors_root_has_differences(where):
     x = second_moments(RNG, 4096).view(np.uint32)
