@@ -429,8 +429,9 @@ def _checked(program: Program, estimate: float, root: Value, seg: SegmentInfo, s
     the structure detectors find nothing it misses (else None: search):
     it must do as well as the fixed programs (_plain), drop dead low bits
     (_misses_dead_bits), split floats by this segment's exponents
-    (_other_exponents) and come near its neighbours' differences
-    (_misses_differences)."""
+    (_other_exponents), come near its neighbours' differences
+    (_misses_differences) and not code a common word's low bits raw
+    (_misses_spike)."""
     if program not in _plain_programs(seg.t) and estimate > _plain(root, seg, scale):
         return None
     if _misses_dead_bits(program, root):
