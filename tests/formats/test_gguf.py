@@ -98,6 +98,44 @@ def test_window_size_changes_nothing(monkeypatch):
         monkeypatch.undo()
 
 
+@pytest.mark.skipif(gguf._layout is None, reason="the C extension is not built")
+def test_the_compiled_walk_over_strings_is_the_loops():
+    """_layout.skip_strings walks a window's length-prefixed strings as the
+    Python loop does: where it stops (a length not whole in the buffer; a
+    string's bytes past its end; a length that would pass 2^64) and how
+    many it counted, from any offset, inside the buffer or past it."""
+    rng = random.Random(5)
+    for _ in range(2000):
+        parts = []
+        for _ in range(rng.randrange(6)):
+            n = rng.choice([0, 1, 7, rng.randrange(40), rng.randrange(1 << 64), (1 << 64) - rng.randrange(1, 20)])
+            parts.append(struct.pack("<Q", n) + bytes(min(n, rng.randrange(48))))
+        buf = b"".join(parts)
+        buf = buf[:rng.randrange(len(buf) + 1)] if rng.random() < 0.5 else buf
+        off, count = rng.randrange(len(buf) + 10), rng.randrange(8)
+        off = 0 if rng.random() < 0.5 else off
+        assert gguf._layout.skip_strings(buf, off, count) == gguf._walk_strings_py(buf, off, count)
+
+
+def test_the_python_walk_over_strings_parses_alike(monkeypatch):
+    """Without the extension the loop walks the vocabulary: the same
+    outcome on the fixture, its prefixes and flipped copies, at any window."""
+    data = make_gguf(sample())
+    rng = random.Random(17)
+    variants = [data] + [data[:rng.randrange(len(data))] for _ in range(40)]
+    for _ in range(60):
+        b = bytearray(data)
+        b[rng.randrange(len(b) // 2)] = rng.randrange(256)
+        variants.append(bytes(b))
+    for v in variants:
+        expect = _outcome(v)
+        monkeypatch.setattr(gguf, "_walk_strings", gguf._walk_strings_py)
+        for window in (9, 100, gguf._Reader.WINDOW):
+            monkeypatch.setattr(gguf._Reader, "WINDOW", window)
+            assert _outcome(v) == expect
+        monkeypatch.undo()
+
+
 @pytest.mark.parametrize("mutate", ["huge_kv", "huge_tensors", "huge_string", "huge_array", "huge_token",
                                     "bad_alignment",
                                     "misfit_block", "tensor_past_end", "overlap", "too_many_dims", "bad_vtype"])
