@@ -338,3 +338,42 @@ def test_one_rotations_field_bits_are_those_of_every_rotation(period):
     every = discovery._field_bits(counts, fields)
     for r in (0, 1, period // 2, period - 1):
         assert discovery._field_bits(counts, fields, [r]).tobytes() == every[r:r + 1].tobytes()
+
+
+def test_kinds_label_each_piece_as_the_greedy_merge_does():
+    """discovery.kinds, which reckons a piece alone and merged into every
+    kind in one call, labels pieces as the greedy merge reckoned piece by
+    piece: the piece's order-0 bits per lane alone, merged into each kind,
+    the kind's own, each row its own call. Pieces of floats of several
+    scales, bytes of few values and noise, many of them tiny."""
+    rng = np.random.default_rng(21)
+    blobs = []
+    for i in range(300):
+        n = int(rng.choice([8, 64, 512, 3000]))
+        kind = i % 3
+        if kind == 0:
+            blobs.append((rng.standard_normal(n // 4) * 10.0 ** -rng.integers(1, 4)).astype(np.float32).tobytes())
+        elif kind == 1:
+            blobs.append(rng.integers(0, 4, n, dtype=np.uint8).tobytes())
+        else:
+            blobs.append(rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+    data = b"".join(blobs)
+    starts = np.cumsum([0] + [len(b) for b in blobs])
+    pieces = [Segment(int(a), len(b), f"t{i}") for i, (a, b) in enumerate(zip(starts, blobs))]
+    read = lambda at, n: data[at:at + n]  # noqa: E731
+
+    sums, bits, expect = np.zeros((0, discovery.KEYS), np.int64), np.zeros(0), []
+    for p in pieces:
+        x = np.frombuffer(read(p.offset, p.length), np.uint8)
+        h = np.bincount((np.arange(len(x)) % discovery.LANES) * 256 + x, minlength=discovery.KEYS)
+        own = discovery._bits(h)
+        grown = np.array([discovery._bits(s + h) for s in sums]) - bits - own
+        k = int(np.argmin(grown)) if len(grown) else -1
+        if k < 0 or grown[k] >= discovery.KIND_GAIN_BITS:
+            sums, bits, k = np.vstack([sums, h]), np.append(bits, own), len(sums)
+        else:
+            sums[k] += h
+            bits[k] = discovery._bits(sums[k])
+        expect.append(k)
+    got = discovery.kinds(pieces, read)
+    assert got == expect and 3 <= max(got) + 1 < len(pieces)
