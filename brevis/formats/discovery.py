@@ -189,7 +189,7 @@ def _xlogx_table(top: int) -> np.ndarray:
     """c log2 c for c = 0..top at least (top <= XLOGX_TOP), by the same
     steps: the same doubles _xlogx computes. Made as far as a process's
     counts reach, doubling (all of it, 2 MiB, took 7-8 ms on the AMD EPYC:
-    5 % of compressing a 0.46 MB checkpoint, whose counts stay below 2^14)."""
+    5 % of compressing a 0.46 MB checkpoint, whose counts stay below 2^15)."""
     global _table
     table = _table  # (threads may plan at once: each keeps the table it read or made)
     if top >= len(table):

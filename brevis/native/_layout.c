@@ -1445,9 +1445,6 @@ static PyObject *layout_scatter(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* keep_freed(mmap_threshold, trim_threshold) -> bool: glibc's mallopt
- * M_MMAP_THRESHOLD and M_TRIM_THRESHOLD (heap.keep_freed_memory); False
- * where the C library is not glibc or refuses a value. */
 /* skip_strings(buffer, offset, count) -> (offset, skipped): from `offset`
  * in the buffer, strings of a little-endian u64 length and that many
  * bytes, skipped while a length lies whole in the buffer, `count` at
@@ -1491,6 +1488,9 @@ static PyObject *layout_skip_strings(PyObject *self, PyObject *args) {
     return Py_BuildValue("NK", end, (unsigned long long)done);
 }
 
+/* keep_freed(mmap_threshold, trim_threshold) -> bool: glibc's mallopt
+ * M_MMAP_THRESHOLD and M_TRIM_THRESHOLD (heap.keep_freed_memory); False
+ * where the C library is not glibc or refuses a value. */
 static PyObject *layout_keep_freed(PyObject *self, PyObject *args) {
     int mmap_threshold, trim_threshold;
     if (!PyArg_ParseTuple(args, "ii", &mmap_threshold, &trim_threshold)) return NULL;

@@ -105,10 +105,10 @@ REUSE_TOLERANCE = 1.02  # a sibling's program is kept if within 2 % of its cost 
 BYTES_PER_EXPANSION = 1024  # small segments get small search budgets
 WIDE_BUDGET_MOST = 4  # ... and those searched unpruned up to this many times the effort's
 BYTES_LEARN_FACTOR = 4  # ... and byte spans a wider one when the prior is learned on them
-SPIKE_BITS = 0.1  # bits a value a plain `ans` may pay for its commonest word's low bits
 ENTROPY_SLACK = 1.05  # ... and within 5 % of this segment's own order-0 entropy estimate
 LIBRARY_TRIALS = 8  # learned programs tried on a segment before searching
 ENTROPY_FLOOR = 64  # bytes added to entropy estimates: a constant tensor's is 0
+SPIKE_BITS = 0.1  # bits a value a plain `ans` may pay for its commonest word's low bits
 
 
 @dataclass(frozen=True)
