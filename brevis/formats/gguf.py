@@ -180,7 +180,8 @@ def _walk_strings_py(buf: bytes, off: int, count: int) -> tuple[int, int]:
     return off, done
 
 
-_walk_strings = _layout.skip_strings if _layout is not None else _walk_strings_py
+# (an extension built before skip_strings, in a tree not rebuilt: the loop)
+_walk_strings = getattr(_layout, "skip_strings", None) or _walk_strings_py
 
 
 def _value(r: _Reader, vtype: int, key: str, arrays: list[Segment], depth: int = 0):
