@@ -1451,7 +1451,8 @@ static PyObject *layout_scatter(PyObject *self, PyObject *args) {
  * most: where the walk got to (past the buffer's end where the last
  * string's bytes run past it, past 2^64 where its length does) and how
  * many it skipped. A GGUF vocabulary holds hundreds of thousands
- * (gemma3: 262,144): 50 ms a file in Python, one unpack and one add each. */
+ * (gemma3: 262,144): 25 ms a file in Python, one unpack and one add each,
+ * 0.5 here (the AMD EPYC). */
 static PyObject *layout_skip_strings(PyObject *self, PyObject *args) {
     Py_buffer b;
     Py_ssize_t start;
@@ -1475,15 +1476,10 @@ static PyObject *layout_skip_strings(PyObject *self, PyObject *args) {
     }
     PyBuffer_Release(&b);
     if (!past) return Py_BuildValue("KK", (unsigned long long)off, (unsigned long long)done);
-    PyObject *end = NULL, *a = PyLong_FromUnsignedLongLong(off), *c = PyLong_FromUnsignedLongLong(n + 8 > n ? n + 8 : n);
-    if (a && c) {
-        end = PyNumber_Add(a, c);
-        if (end && n + 8 <= n) {  /* n + 8 wrapped: added as n, then 8 */
-            PyObject *eight = PyLong_FromLong(8), *sum = eight ? PyNumber_Add(end, eight) : NULL;
-            Py_XDECREF(eight); Py_DECREF(end); end = sum;
-        }
-    }
-    Py_XDECREF(a); Py_XDECREF(c);
+    /* off + n + 8 as Python's integers add them */
+    PyObject *a = PyLong_FromUnsignedLongLong(off), *c = PyLong_FromUnsignedLongLong(n), *eight = PyLong_FromLong(8);
+    PyObject *sum = a && c ? PyNumber_Add(a, c) : NULL, *end = sum && eight ? PyNumber_Add(sum, eight) : NULL;
+    Py_XDECREF(a); Py_XDECREF(c); Py_XDECREF(eight); Py_XDECREF(sum);
     if (!end) return NULL;
     return Py_BuildValue("NK", end, (unsigned long long)done);
 }

@@ -135,7 +135,7 @@ class Value:
         x = self.joined
         if self.t.bits <= 16 or not len(x):
             return 0.0
-        _, counts = np.unique(x, return_counts=True)
+        _, counts = _histogram(x, self.t)
         return float(counts.max()) / len(x) * (self.t.bits - 16)
 
     @cached_property
