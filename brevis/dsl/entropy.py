@@ -434,6 +434,9 @@ class Ans(Coder):
         2**block_log (0: one), with the blocks' counts where choose_block
         made them."""
         lanes = lanes_for(len(values), block_log)
+        if _rans is not None:  # the same bytes, each block written in its place (no copy of it, nor a join)
+            return _rans.encode_stream(values, _width(t), t.bits, BIN_COST, NODE_COST, lanes, 1, block_log,
+                                       counts or None)
         flag = WIDE if lanes == WIDE_LANES else 0
         if not block_log:
             return bytes([flag]) + _encode_block(values, t, lanes, counts[0] if counts else None)

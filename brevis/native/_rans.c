@@ -2378,13 +2378,6 @@ static void put_varint(uint8_t *out, size_t *pos, uint64_t v) {
     out[(*pos)++] = (uint8_t)v;
 }
 
-/* encode_block(values, width, bits, bin_cost, node_cost, lanes=4, simd=1) -> bytes
- * One block of the `ans` stream as entropy.py's _encode_block writes it
- * (its model, rANS part and offsets), every step here: the Python steps
- * cost 40 us a block, a third of coding BF16 weights in blocks of 4096.
- * The precision and the frequencies are entropy.py's precision() and
- * normalize(), to the bit (the golden fixtures and the C-against-Python
- * tests check it). */
 /* The occupied keys of a block from its counts already made (int64 per
  * key, `have` of them: choose_block's histogram of a field of at most 8
  * bits), into key_ids and key_cnts as count_keys would put them; -1 where
@@ -2400,46 +2393,69 @@ static Py_ssize_t keys_of_counts(const int64_t *counts, Py_ssize_t have, int key
     return total == n ? d : -1;
 }
 
-static PyObject *rans_encode_block(PyObject *self, PyObject *args) {
-    PyObject *obj, *counts_obj = Py_None;
-    int width, bits, lanes = LANES, simd = 1;
-    double bin_cost, node_cost;
-    if (!PyArg_ParseTuple(args, "Oiidd|iiO", &obj, &width, &bits, &bin_cost, &node_cost, &lanes, &simd, &counts_obj))
-        return NULL;
-    if ((width != 1 && width != 2 && width != 4) || bits < 1 || bits > 8 * width || (lanes != LANES && lanes != WIDE_LANES)) {
-        PyErr_SetString(PyExc_ValueError, "bad encode_block arguments");
-        return NULL;
-    }
-    buf_t b[1] = {{0}};
-    if (take(obj, &b[0], 0, "values") < 0) return NULL;
-    const void *values = b[0].v.buf;
-    Py_ssize_t n = b[0].v.len / width;
-    int shift = bits > 16 ? bits - 16 : 0, key_bits = bits - shift;
-    PyObject *result = NULL;
+/* A bytes object being written: `pos` bytes written of `cap` made. */
+typedef struct { PyObject *bytes; size_t pos, cap; } grow_t;
+
+/* Room for `more` bytes past pos: the object made, or grown by half at
+ * least (-1, MemoryError, where it cannot be; the object is then freed). */
+static int grow_reserve(grow_t *g, size_t more) {
+    if (g->bytes && g->pos + more <= g->cap) return 0;
+    size_t cap = g->cap + g->cap / 2;
+    if (cap < g->pos + more) cap = g->pos + more;
+    if (cap > (size_t)PY_SSIZE_T_MAX) { Py_CLEAR(g->bytes); PyErr_NoMemory(); return -1; }
+    if (!g->bytes) g->bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)cap);
+    else if (_PyBytes_Resize(&g->bytes, (Py_ssize_t)cap) < 0) g->bytes = NULL;
+    if (!g->bytes) return -1;
+    g->cap = cap;
+    return 0;
+}
+
+/* The bytes written, the object cut to them (a new reference; NULL with the error set). */
+static PyObject *grow_finish(grow_t *g) {
+    if (!g->bytes && grow_reserve(g, 0) < 0) return NULL;
+    if (g->pos < g->cap && _PyBytes_Resize(&g->bytes, (Py_ssize_t)g->pos) < 0) return NULL;
+    PyObject *out = g->bytes;
+    g->bytes = NULL;
+    return out;
+}
+
+static size_t varint_length(uint64_t v) {
+    size_t k = 1;
+    while (v >= 0x80) { v >>= 7; k++; }
+    return k;
+}
+
+/* One block of n values (its model, rANS part and offsets) written into g
+ * at g->pos, after its length as a varint where `sized` (a block of a
+ * stream of several); the bytes go straight into the result, which a
+ * copy into a bytes object (and the stream's join) cost 3 % of compressing
+ * nomic. `counts`: the block's key counts made by the caller (`have` int64,
+ * shift 0: keys are values), or NULL. -1 with the error set. */
+static int encode_into(const void *values, Py_ssize_t n, int width, int bits, double bin_cost, double node_cost,
+                       int lanes, int simd, const int64_t *counts, Py_ssize_t have, grow_t *g, int sized) {
+    int shift = bits > 16 ? bits - 16 : 0, key_bits = bits - shift, status = -1;
     int64_t *freq = NULL;
     uint32_t *f32 = NULL, *cum = NULL, *lower = NULL;
-    uint8_t *obits = NULL, *out = NULL;
+    uint8_t *obits = NULL;
     uint16_t *ranks = NULL;
     Py_ssize_t *order = NULL;
     enc_t e = {0};
     e.lanes = lanes;
-    if (n < 1) { PyErr_SetString(PyExc_ValueError, "an empty block"); goto done; }
+    if (n < 1) { PyErr_SetString(PyExc_ValueError, "an empty block"); return -1; }
     Py_ssize_t d;
-    if (counts_obj != Py_None) {  /* the block's key counts, made by the caller (shift 0: keys are values) */
-        buf_t cb[1] = {{0}};
-        if (shift || take(counts_obj, &cb[0], 0, "counts") < 0) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "counts are for fields of at most 16 bits");
-            goto done;
+    if (counts != NULL) {
+        d = shift ? -1 : keys_of_counts(counts, have, key_bits, n);
+        if (d < 0) {
+            PyErr_SetString(PyExc_ValueError, shift ? "counts are for fields of at most 16 bits"
+                                                    : "the counts are not the block's");
+            return -1;
         }
-        d = cb[0].v.len % 8 ? -1 : keys_of_counts(cb[0].v.buf, cb[0].v.len / 8, key_bits, n);
-        release(cb, 1);
-        if (d < 0) { PyErr_SetString(PyExc_ValueError, "the counts are not the block's"); goto done; }
     } else {
         d = count_keys(values, n, width, shift, key_bits);
-        if (d < 0) { PyErr_SetString(PyExc_ValueError, "a key is out of range"); goto done; }
+        if (d < 0) { PyErr_SetString(PyExc_ValueError, "a key is out of range"); return -1; }
     }
     trie_t t;
-    if (trie_core(key_ids, key_cnts, d, key_bits, bin_cost, node_cost, &t) < 0) { PyErr_NoMemory(); goto done; }
+    if (trie_core(key_ids, key_cnts, d, key_bits, bin_cost, node_cost, &t) < 0) { PyErr_NoMemory(); return -1; }
     Py_ssize_t bins = t.nbins;
     /* precision(n, bins) */
     int P = bit_length((uint64_t)n) + 1;
@@ -2467,15 +2483,15 @@ static PyObject *rans_encode_block(PyObject *self, PyObject *args) {
         PyErr_NoMemory(); goto done;
     }
     /* normalize(counts, P) */
-    int64_t total = (int64_t)1 << P, sum = 0, have = 0;
+    int64_t total = (int64_t)1 << P, sum = 0, had = 0;
     for (Py_ssize_t r = 0; r < bins; r++) sum += t.counts[r];
     double scale = (double)total / (double)sum;
     for (Py_ssize_t r = 0; r < bins; r++) {
         double f = rint((double)t.counts[r] * scale);
         freq[r] = f < 1.0 ? 1 : (int64_t)f;
-        have += freq[r];
+        had += freq[r];
     }
-    int64_t excess = have - total;
+    int64_t excess = had - total;
     order_by_freq(freq, bins, order, order + bins);
     if (excess < 0) freq[order[0]] -= excess;
     while (excess > 0) {  /* take from the largest, never below 1 */
@@ -2507,10 +2523,12 @@ static PyObject *rans_encode_block(PyObject *self, PyObject *args) {
     }
     /* model: P, the trie's codes four to a byte, freq - 1 varints; the rANS
      * length varint, the rANS bytes, the offsets */
-    size_t rlen = 4 * (size_t)lanes + e.nwords * 2, cap = 1 + (t.ncodes + 3) / 4 + 10 * (size_t)bins + 10 + rlen + e.noffs;
-    out = PyMem_Malloc(cap);
-    if (!out) { PyErr_NoMemory(); goto done; }
-    size_t pos = 0;
+    size_t rlen = 4 * (size_t)lanes + e.nwords * 2, length = 1 + (t.ncodes + 3) / 4 + varint_length(rlen) + rlen + e.noffs;
+    for (Py_ssize_t r = 0; r < bins; r++) length += varint_length((uint64_t)(freq[r] - 1));
+    if (grow_reserve(g, length + (sized ? varint_length(length) : 0)) < 0) goto done;
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(g->bytes);
+    size_t pos = g->pos;
+    if (sized) put_varint(out, &pos, length);
     out[pos++] = (uint8_t)P;
     for (Py_ssize_t k = 0; k < t.ncodes; k += 4) {
         uint8_t byte = 0;
@@ -2522,12 +2540,107 @@ static PyObject *rans_encode_block(PyObject *self, PyObject *args) {
     put_rans(&e, out + pos);
     pos += rlen;
     memcpy(out + pos, e.offs, e.noffs);
-    pos += e.noffs;
-    result = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)pos);
+    g->pos = pos + e.noffs;
+    status = 0;
+done:
+    PyMem_Free(freq); PyMem_Free(order); PyMem_Free(f32); PyMem_Free(cum); PyMem_Free(lower); PyMem_Free(obits);
+    PyMem_Free(ranks); PyMem_Free(e.words); PyMem_Free(e.offs); PyMem_Free(e.sym); PyMem_Free(e.rec);
+    return status;
+}
+
+static int encode_arguments_ok(int width, int bits, int lanes) {
+    if ((width != 1 && width != 2 && width != 4) || bits < 1 || bits > 8 * width || (lanes != LANES && lanes != WIDE_LANES)) {
+        PyErr_SetString(PyExc_ValueError, "bad encode arguments");
+        return 0;
+    }
+    return 1;
+}
+
+/* A block's counts (int64, a multiple of 8 bytes) taken from obj into cb: 0, or -1 with the error set. */
+static int take_counts(PyObject *obj, buf_t *cb) {
+    if (take(obj, cb, 0, "counts") < 0) return -1;
+    if (cb->v.len % 8) { PyErr_SetString(PyExc_ValueError, "the counts are not the block's"); return -1; }
+    return 0;
+}
+
+/* encode_block(values, width, bits, bin_cost, node_cost, lanes=4, simd=1, counts=None) -> bytes
+ * One block of the `ans` stream as entropy.py's _encode_block writes it
+ * (its model, rANS part and offsets), every step here: the Python steps
+ * cost 40 us a block, a third of coding BF16 weights in blocks of 4096.
+ * The precision and the frequencies are entropy.py's precision() and
+ * normalize(), to the bit (the golden fixtures and the C-against-Python
+ * tests check it). */
+static PyObject *rans_encode_block(PyObject *self, PyObject *args) {
+    PyObject *obj, *counts_obj = Py_None;
+    int width, bits, lanes = LANES, simd = 1;
+    double bin_cost, node_cost;
+    if (!PyArg_ParseTuple(args, "Oiidd|iiO", &obj, &width, &bits, &bin_cost, &node_cost, &lanes, &simd, &counts_obj))
+        return NULL;
+    if (!encode_arguments_ok(width, bits, lanes)) return NULL;
+    buf_t b[2] = {{0}};
+    grow_t g = {0};
+    PyObject *result = NULL;
+    if (take(obj, &b[0], 0, "values") < 0) goto done;
+    if (counts_obj != Py_None && take_counts(counts_obj, &b[1]) < 0) goto done;
+    if (encode_into(b[0].v.buf, b[0].v.len / width, width, bits, bin_cost, node_cost, lanes, simd,
+                    b[1].held ? b[1].v.buf : NULL, b[1].held ? b[1].v.len / 8 : 0, &g, 0) == 0)
+        result = grow_finish(&g);
+done:
+    release(b, 2);
+    Py_XDECREF(g.bytes);
+    return result;
+}
+
+/* encode_stream(values, width, bits, bin_cost, node_cost, lanes, simd, block_log, counts=None) -> bytes
+ * A whole `ans` stream as entropy.py's Ans._encode_blocks writes it: the
+ * byte block_log (| WIDE_FLAG for wide lanes), then one block (block_log 0) or, per block of
+ * 2^block_log values, its length as a varint and the block, in one bytes
+ * object. `counts`: a sequence of each block's key counts (choose_block's), or None. */
+static PyObject *rans_encode_stream(PyObject *self, PyObject *args) {
+    PyObject *obj, *counts_obj = Py_None, *counts_seq = NULL;
+    int width, bits, lanes, simd, block_log;
+    double bin_cost, node_cost;
+    if (!PyArg_ParseTuple(args, "Oiiddiii|O", &obj, &width, &bits, &bin_cost, &node_cost, &lanes, &simd, &block_log,
+                          &counts_obj))
+        return NULL;
+    if (!encode_arguments_ok(width, bits, lanes)) return NULL;
+    if (block_log < 0 || block_log > 40) {
+        PyErr_SetString(PyExc_ValueError, "bad encode_stream arguments");
+        return NULL;
+    }
+    buf_t b[1] = {{0}};
+    grow_t g = {0};
+    PyObject *result = NULL;
+    if (take(obj, &b[0], 0, "values") < 0) goto done;
+    Py_ssize_t n = b[0].v.len / width, size = block_log ? (Py_ssize_t)1 << block_log : n;
+    if (n < 1) { PyErr_SetString(PyExc_ValueError, "an empty stream"); goto done; }
+    Py_ssize_t blocks = (n + size - 1) / size;
+    if (counts_obj != Py_None) {
+        counts_seq = PySequence_Fast(counts_obj, "counts: a sequence of each block's counts");
+        if (!counts_seq) goto done;
+        if (PySequence_Fast_GET_SIZE(counts_seq) < blocks) {
+            PyErr_SetString(PyExc_ValueError, "fewer counts than blocks");
+            goto done;
+        }
+    }
+    /* The stream about as long as the values (it is at most that, or the caller stores them raw instead). */
+    if (grow_reserve(&g, (size_t)b[0].v.len / 8 * 9 + 64) < 0) goto done;
+    PyBytes_AS_STRING(g.bytes)[g.pos++] = (char)((lanes == WIDE_LANES ? WIDE_FLAG : 0) | block_log);
+    const uint8_t *values = b[0].v.buf;
+    for (Py_ssize_t k = 0; k < blocks; k++) {
+        Py_ssize_t first = k * size, count = n - first < size ? n - first : size;
+        buf_t cb[1] = {{0}};
+        if (counts_seq && take_counts(PySequence_Fast_GET_ITEM(counts_seq, k), &cb[0]) < 0) { release(cb, 1); goto done; }
+        int status = encode_into(values + first * width, count, width, bits, bin_cost, node_cost, lanes, simd,
+                                 cb[0].held ? cb[0].v.buf : NULL, cb[0].held ? cb[0].v.len / 8 : 0, &g, block_log != 0);
+        release(cb, 1);
+        if (status < 0) goto done;
+    }
+    result = grow_finish(&g);
 done:
     release(b, 1);
-    PyMem_Free(freq); PyMem_Free(order); PyMem_Free(f32); PyMem_Free(cum); PyMem_Free(lower); PyMem_Free(obits);
-    PyMem_Free(ranks); PyMem_Free(e.words); PyMem_Free(e.offs); PyMem_Free(e.sym); PyMem_Free(e.rec); PyMem_Free(out);
+    Py_XDECREF(counts_seq);
+    Py_XDECREF(g.bytes);
     return result;
 }
 
@@ -3201,6 +3314,8 @@ static PyMethodDef methods[] = {
     {"trie_cost", rans_trie_cost, METH_VARARGS, "trie_cost(values, width, shift, key_bits, bin_cost, node_cost) -> (bins, codes, bits)"},
     {"key_counts", rans_key_counts, METH_VARARGS, "key_counts(values, width) -> (distinct values as uint32, their counts as int64)"},
     {"encode_block", rans_encode_block, METH_VARARGS, "encode_block(values, width, bits, bin_cost, node_cost, lanes=4, simd=1, counts=None) -> bytes"},
+    {"encode_stream", rans_encode_stream, METH_VARARGS,
+     "encode_stream(values, width, bits, bin_cost, node_cost, lanes, simd, block_log, counts=None) -> bytes"},
     {"decode_stream", rans_decode_stream, METH_VARARGS, "decode_stream(stream, n, width, bits, out, simd=1) -> None"},
     {"decode_streams", rans_decode_streams, METH_VARARGS,
      "decode_streams([(stream, n, width, bits, out[, check, digest]), ...]) -> None or (k, error, kind)"},

@@ -140,6 +140,50 @@ def test_a_block_coded_from_its_counts_is_the_block_coded_from_its_values(bits):
                                    entropy.LANES, 1, np.zeros(256, np.int64))
 
 
+def _stream_of_blocks(x: np.ndarray, t: Field, block_log: int, counts: list) -> bytes:
+    """A stream as the blocks' bytes joined (encode_block each, a varint length before each of several)."""
+    lanes = entropy.lanes_for(len(x), block_log)
+    flag = entropy.WIDE if lanes == entropy.WIDE_LANES else 0
+    size = 1 << block_log if block_log else len(x)
+    parts = [bytes([flag | block_log])]
+    for k, start in enumerate(range(0, len(x), size)):
+        block = entropy._encode_block(x[start: start + size], t, lanes, counts[k] if counts else None)
+        parts += [entropy._varint([len(block)]) if block_log else b"", block]
+    return b"".join(parts)
+
+
+@pytest.mark.parametrize("bits", [3, 8, 12, 16, 23, 32])
+@pytest.mark.parametrize("n", [1, 4097, 70_001])
+def test_a_stream_written_in_one_call_is_its_blocks_joined(bits, n):
+    """encode_stream writes each block in place, after its length: the
+    bytes of encode_block's blocks joined, with the choice's counts (a byte
+    field's) and without, at the chosen block size and at others."""
+    t = Field(bits)
+    for kind in ("bell", "skewed", "uniform"):
+        x = values(kind, n, bits, seed=n)
+        counts: list = []
+        chosen = entropy.choose_block(x, t, counts)
+        for block_log, given in {(chosen, bool(counts)), (0, False), (12, False), (13, False)}:
+            c = counts if given else []
+            stream = Ans()._encode_blocks(x, t, block_log, c)
+            assert stream == _stream_of_blocks(x, t, block_log, c), (kind, block_log)
+            assert np.array_equal(Ans().decode(memoryview(stream), n, t), x)
+
+
+def test_a_stream_refuses_what_is_not_its_blocks():
+    x, t = values("bell", 9000, 8), Field(8)
+    args = (x, 1, 8, entropy.BIN_COST, entropy.NODE_COST, entropy.LANES, 1)
+    one = np.bincount(x, minlength=256).astype(np.int64)
+    # fewer counts than blocks; the whole's counts for each block; a count too many; not int64; no block size
+    for wrong in ((12, [one]), (12, [one] * 3),
+                  (0, [one + (np.arange(256) == 7)]), (0, [one[:-1].astype(np.int32)]), (-1, None), (41, None)):
+        with pytest.raises(ValueError):
+            entropy._rans.encode_stream(*args, *wrong)
+    with pytest.raises(ValueError):
+        entropy._rans.encode_stream(x[:0], *args[1:], 0, None)  # an empty stream is not coded
+    assert entropy._rans.encode_stream(*args, 0, [one]) == _stream_of_blocks(x, t, 0, [one])
+
+
 @pytest.mark.parametrize("bits", [3, 8, 12])
 def test_choose_block_hands_over_each_blocks_counts_of_a_byte_field(bits, monkeypatch):
     """For a field of at most 8 bits the counts choose_block appends are
