@@ -28,7 +28,7 @@ from .. import __version__
 from ..archive.index import DIGEST_BYTES, Chunk, FileEntry, Index, LinkEntry, SegmentEntry
 from ..archive.writer import ArchiveWriter
 from ..dsl.program import Program
-from ..workers.tasks import ChunkOutput, parse_program
+from ..workers.tasks import ChunkOutput, parse_program, read_chunk, read_reference
 from .plan import ChunkRef, PlannedFile, PlannedSegment
 
 
@@ -39,16 +39,32 @@ class Deduplicator:
     order, points a chunk whose key it has already stored at the earlier
     chunk's streams. The first chunk of a key is always the one stored,
     so the archive is the same for any number of threads or processes.
+    A key is a digest (XXH3-128), not a proof: a chunk is pointed at an
+    earlier one only once their bytes (and references, coded against a
+    base) are read again and found equal, a cost paid by repeats alone.
     """
 
     def __init__(self):
-        self.written: dict[bytes, tuple[Program, list[tuple[int, int, int]]]] = {}  # key -> (program, streams)
+        # key -> [(program, streams, the chunk stored)]: one, unless digests collided
+        self.written: dict[bytes, list[tuple[Program, list[tuple[int, int, int]], ChunkRef]]] = {}
 
-    def get(self, key: bytes) -> tuple[Program, list[tuple[int, int, int]]] | None:
-        return self.written.get(key)
+    def get(self, key: bytes, ref: ChunkRef) -> tuple[Program, list[tuple[int, int, int]]] | None:
+        """The program and streams of the earlier chunk with ref's bytes, or None."""
+        for program, located, earlier in self.written.get(key, ()):
+            if same_chunks(earlier, ref, program.uses_reference):
+                return program, located
+        return None
 
-    def remember(self, key: bytes, program: Program, located: list[tuple[int, int, int]]) -> None:
-        self.written[key] = (program, located)
+    def remember(self, key: bytes, program: Program, located: list[tuple[int, int, int]], ref: ChunkRef) -> None:
+        self.written.setdefault(key, []).append((program, located, ref))
+
+
+def same_chunks(a: ChunkRef, b: ChunkRef, references: bool) -> bool:
+    """Whether two chunks hold the same bytes (and, `references`, are coded against the same ones)."""
+    ta, tb = a.task(), b.task()
+    if ta.length != tb.length or read_chunk(ta) != read_chunk(tb):
+        return False
+    return not references or read_reference(ta) == read_reference(tb)
 
 
 class Assembler:
@@ -83,13 +99,13 @@ class Assembler:
             self._advance(until=ps)
         if ps.chunks[self._next_chunk] is not ref:
             raise AssertionError(f"chunk at {ref.offset} of {ps.segment.name!r} out of plan order")
-        stored = self.dedup.get(output.key)
+        stored = self.dedup.get(output.key, ref)
         if stored is not None:  # an earlier chunk with these bytes: point at its streams
             program, located = stored
         else:
             program = ps.plan.program if output.program is None else parse_program(output.program)
             located = [self.writer.write_stream(s, c) for s, c in zip(streams, output.crcs)]
-            self.dedup.remember(output.key, program, located)
+            self.dedup.remember(output.key, program, located, ref)
         entry = self._entry
         if program not in entry.programs:
             entry.programs.append(program)

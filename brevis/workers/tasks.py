@@ -5,7 +5,7 @@ A `ChunkTask` names its bytes (a source file by path, an offset, a length),
 its value type and its program (as text), and where the program is coded
 against a base, the base tensor's bytes at the same place (a file and an
 offset, or the bytes themselves when the base is an archive). `run_chunk`
-reads the bytes with pread, computes the chunk's key (SHA-256 and value
+reads the bytes with pread, computes the chunk's key (its digest and value
 type), runs the program (repairing where an operator refuses this chunk),
 applies the raw guard and returns the key, the program that ran (None when
 it is the task's own), the streams and their CRC-32s. Deduplication is the
@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from blake3 import blake3
-
 from ..dsl.interpreter import forward
 from ..dsl.memory import chunk_fits
 from ..dsl.operator import Coder
@@ -58,8 +56,9 @@ class ChunkTask:
 
 @dataclass
 class ChunkOutput:
-    key: bytes  # BLAKE3 (32 bytes) of the original bytes, the value type, and for a chunk coded
-    # against a base, NUL and the BLAKE3 of its reference: what repeats share
+    key: bytes  # the digest of the original bytes, the value type, and for a chunk coded against
+    # a base, NUL and the digest of its reference: what repeats share (a hash, not a proof:
+    # the assembler compares the bytes of two chunks whose keys are equal)
     digest: bytes  # the index's digest of the original bytes (format.chunk_digest)
     program: str | None  # JSON of the program that ran; None: the task's own program
     streams: list[bytes] | None  # None when they are in shared memory (spans)
@@ -116,18 +115,33 @@ def _read(path: str, offset: int, length: int, what: str, identity=None, ranges=
     return read_pieces(path, pieces(ranges, offset, length), what, identity)
 
 
+def read_chunk(task: ChunkTask) -> bytes:
+    """The chunk's bytes, from its file."""
+    return _read(task.path, task.offset, task.length, task.path, task.identity, task.ranges)
+
+
+def read_reference(task: ChunkTask) -> bytes:
+    """The base tensor's bytes at the chunk's place (a task coded against a base)."""
+    if task.reference is not None:
+        return task.reference
+    return _read(task.base_path, task.base_offset, task.length, f"base {task.base_path}")
+
+
 def run_chunk(task: ChunkTask) -> ChunkOutput:
     """Read, checksum and encode one chunk (in any process)."""
     t = parse_value_type(task.value_type)
-    data = _read(task.path, task.offset, task.length, task.path, task.identity, task.ranges)
-    key = blake3(data).digest() + task.value_type.encode()
+    data = read_chunk(task)
+    # The key is the index's digest (XXH3-128, made anyway), not a
+    # cryptographic hash of its own: BLAKE3 was 4-5 % of compressing nomic
+    # or astra on one thread (benchmarks/phases.py), and equal keys are
+    # confirmed by the bytes (Deduplicator).
+    digest = chunk_digest(data)
+    key = digest + task.value_type.encode()
     planned = parse_program(task.program)
     x = np.frombuffer(data, dtype=t.container)
     reference = ref = None
     if planned.uses_reference:
-        ref = task.reference
-        if ref is None:
-            ref = _read(task.base_path, task.base_offset, task.length, f"base {task.base_path}")
+        ref = read_reference(task)
         reference = np.frombuffer(ref, dtype=t.container)
     if chunk_fits(planned, t, len(x)):
         program, streams = encode_repairing(planned, x, t, reference)
@@ -142,8 +156,8 @@ def run_chunk(task: ChunkTask) -> ChunkOutput:
         # bytes coded against another base tensor's are another chunk (two
         # tensors a fine-tune made equal, whose bases differ). After the
         # value type, which holds no NUL: no key of a chunk without one.
-        key += b"\0" + blake3(ref).digest()
-    return ChunkOutput(key, chunk_digest(data), ran, streams, [stream_check(s) for s in streams], os.getpid())
+        key += b"\0" + chunk_digest(ref)
+    return ChunkOutput(key, digest, ran, streams, [stream_check(s) for s in streams], os.getpid())
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ refused. And compress() returns the archive's path as given.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -192,6 +193,27 @@ def test_the_assembler_builds_the_index_in_plan_order(tree):
     assert seg["x.weight"].chunks[0].streams == seg["y.weight"].chunks[0].streams  # deduplicated
     assert len(writer.streams) < sum(len(run_chunk(r.task()).streams) for r in refs)
     assert all(f.fd == -1 for f in scanned)
+
+
+def test_chunks_whose_keys_collide_are_stored_apart_unless_their_bytes_match(tree):
+    """A key is a digest, not a proof: every chunk given one key (a
+    collision on every pair), only the two of the same bytes share streams."""
+    scanned, files, segments = planned(tree)
+    writer = Writer()
+    asm = Assembler(files, [], writer)
+    refs = [ref for ps in segments for ref in ps.chunks]
+    for ref in refs:
+        output = run_chunk(ref.task())
+        asm.add(ref, dataclasses.replace(output, key=b"one key"), output.streams)
+    asm.finish(None)
+    chunks = [(s.name, c) for f in asm.index.files for s in f.segments for c in s.chunks]
+    where = {}
+    for name, c in chunks:
+        where.setdefault(tuple(map(tuple, c.streams)), set()).add((name, c.digest))
+    # x.weight and y.weight hold the same bytes (two chunks each): their chunks pair up; no other chunk shares
+    assert sorted(len(v) for v in where.values()) == [1] * (len(chunks) - 4) + [2, 2]
+    assert all(len({d for _, d in v}) == 1 for v in where.values())
+    assert len(writer.streams) == sum(len(run_chunk(r.task()).streams) for r in refs) - 2
 
 
 def test_a_file_is_released_after_its_last_chunk(tree):
