@@ -816,6 +816,23 @@ static int32_t wide_perm[256][8];  /* lane k of mask m takes word popcount(m & (
                                     (MASK), SCALE); \
 }
 #define GATHER_PAIRS(A, B, BASE, IDX, SCALE) GATHER_PAIRS_MASKED(A, B, BASE, IDX, SCALE, _mm256_set1_epi64x(-1))
+/* GATHER_PAIRS(A, B, BASE, IDX, 8) by eight scalar loads: the indices
+ * stored and read back, the items put together. On AMD's Zen 3 an AVX2
+ * gather of four items costs more than the loads it stands for (one
+ * thread, coder_kernels' decode_stream, ns a value, best of 7 in two
+ * interleaved rounds: nomic 16-bit 1.55 -> 1.29, bytes 1.49 -> 1.22,
+ * 23-bit mantissas 1.70 -> 1.42; minilm alike; astra's 16-bit values,
+ * whose tables pass L1, 2.10 -> 2.00-2.38). The AVX-512 kernels keep their
+ * gathers (the Zen 4 and Intel servers that have AVX-512 gather faster;
+ * not measured here). */
+#define LOADED_MAX_P 12  /* tables of 2^12 items (32 KiB) at most: larger ones (astra's 16-bit values) gather faster */
+#define LOAD_PAIRS(A, B, BASE, IDX) { \
+    uint32_t i_[8]; \
+    _mm256_storeu_si256((__m256i *)i_, (IDX)); \
+    const uint64_t *b_ = (const uint64_t *)(BASE); \
+    A = _mm256_setr_epi64x((long long)b_[i_[0]], (long long)b_[i_[1]], (long long)b_[i_[4]], (long long)b_[i_[5]]); \
+    B = _mm256_setr_epi64x((long long)b_[i_[2]], (long long)b_[i_[3]], (long long)b_[i_[6]], (long long)b_[i_[7]]); \
+}
 #define LOW_HALVES(A, B) _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(A), _mm256_castsi256_ps(B), 0x88))
 #define HIGH_HALVES(A, B) _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(A), _mm256_castsi256_ps(B), 0xdd))
 /* 32-bit values' offsets: eight bytes from byte AT8 of BASE in each lane
@@ -860,7 +877,7 @@ static inline __m256i offsets_in_halves(const uint8_t *first_lo, const uint8_t *
                     uint64_t *opos, Py_ssize_t groups, Py_ssize_t *done, int P, int width, uint8_t *out
 #define WIDE_ARGS etab, wtab, xs, words, wsafe, wlimit, wat, offs, osafe, olimit, opos, groups, done, P, width, out
 __attribute__((target("avx2"), always_inline))
-static inline int wide_body(WIDE_PARAMS, int near) {
+static inline int wide_body(WIDE_PARAMS, int near, int gathers) {
     __m256i x[4];
     for (int g = 0; g < 4; g++) x[g] = _mm256_loadu_si256((const __m256i *)(xs + 8 * g));
     const __m256i mask = _mm256_set1_epi32((int)((1u << P) - 1)), lo16 = _mm256_set1_epi32(0xffff);
@@ -875,7 +892,8 @@ static inline int wide_body(WIDE_PARAMS, int near) {
         __m256i v[4], r[4], wd[4];
         for (int g = 0; g < 4; g++) {
             __m256i slot = _mm256_and_si256(x[g], mask), ea, eb;
-            GATHER_PAIRS(ea, eb, etab, slot, 8);
+            if (gathers) GATHER_PAIRS(ea, eb, etab, slot, 8)
+            else LOAD_PAIRS(ea, eb, etab, slot)
             __m256i e = LOW_HALVES(ea, eb);
             v[g] = HIGH_HALVES(ea, eb);
             if (width != 4) wd[g] = _mm256_srli_epi32(v[g], 16);
@@ -945,17 +963,21 @@ static inline int wide_body(WIDE_PARAMS, int near) {
  * astra 219-224 -> 208-212, minilm 66.1-66.3 -> 63.0-64.5 (best of six,
  * interleaved). The same values either way (the tests run both). */
 __attribute__((target("avx2")))
-static int wide_avx2(WIDE_PARAMS) { return wide_body(WIDE_ARGS, 0); }
+static int wide_avx2(WIDE_PARAMS) { return wide_body(WIDE_ARGS, 0, 0); }
+__attribute__((target("avx2")))
+static int wide_avx2_gathered(WIDE_PARAMS) { return wide_body(WIDE_ARGS, 0, 1); }
 __attribute__((target("avx2,avx512f,avx512vl,avx512bw,avx512dq")))
-static int wide_avx512(WIDE_PARAMS) { return wide_body(WIDE_ARGS, 0); }
+static int wide_avx512(WIDE_PARAMS) { return wide_body(WIDE_ARGS, 0, 1); }
 /* 32-bit values whose offsets are at most NEAR_AVX2_BITS wide: read as
  * those of 8 and 16-bit values are, and a fifth byte (7 + 27 bits in a
  * lane's 5 bytes, a half's four within 16 bytes), not gathered. */
 #define NEAR_AVX2_BITS 27
 __attribute__((target("avx2")))
-static int wide_avx2_near(WIDE_PARAMS) { return wide_body(WIDE_ARGS, 1); }
+static int wide_avx2_near(WIDE_PARAMS) { return wide_body(WIDE_ARGS, 1, 0); }
+__attribute__((target("avx2")))
+static int wide_avx2_near_gathered(WIDE_PARAMS) { return wide_body(WIDE_ARGS, 1, 1); }
 __attribute__((target("avx2,avx512f,avx512vl,avx512bw,avx512dq")))
-static int wide_avx512_near(WIDE_PARAMS) { return wide_body(WIDE_ARGS, 1); }
+static int wide_avx512_near(WIDE_PARAMS) { return wide_body(WIDE_ARGS, 1, 1); }
 
 /* The same steps on 512-bit vectors, for CPUs with AVX-512 VBMI2 as well:
  * two vectors of sixteen states instead of four of eight (half the
@@ -1213,10 +1235,14 @@ static inline uint16_t *wide_encode_body(const uint64_t *rec, const uint16_t *ra
     const __m128i shift = _mm_cvtsi32_si128(P), up = _mm_cvtsi32_si128(32 - P);
     for (Py_ssize_t i = whole - WIDE_LANES; i >= 0; i -= WIDE_LANES) {
         for (int g = 3; g >= 0; g--) {
-            __m256i idx = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(ranks + i + 8 * g)));
             __m256i a, b, m, x_max, fc, l;
-            if (packed) {
-                GATHER_PAIRS(a, b, rec, idx, 8);
+            if (packed) {  /* the eight records by scalar loads (LOAD_PAIRS: coder_kernels' encode_block on
+                            * the AMD EPYC, Zen 3, ns a value, gathers -> loads: nomic 16-bit 3.83-3.99 -> 3.32-3.39,
+                            * bytes 2.65-3.01 -> 2.16-2.17, astra 16-bit 3.38-3.41 -> 2.88-2.90; for two records a bin,
+                            * below, the loads were no faster) */
+                const uint16_t *r_ = ranks + i + 8 * g;
+                a = _mm256_setr_epi64x((long long)rec[r_[0]], (long long)rec[r_[1]], (long long)rec[r_[4]], (long long)rec[r_[5]]);
+                b = _mm256_setr_epi64x((long long)rec[r_[2]], (long long)rec[r_[3]], (long long)rec[r_[6]], (long long)rec[r_[7]]);
                 m = LOW_HALVES(a, b);
                 __m256i hi = HIGH_HALVES(a, b), freq = _mm256_and_si256(hi, f13);
                 l = _mm256_srli_epi32(hi, 25);
@@ -1224,7 +1250,7 @@ static inline uint16_t *wide_encode_body(const uint64_t *rec, const uint16_t *ra
                 x_max = _mm256_sll_epi32(freq, up);
             } else {
                 __m256i c, d;
-                idx = _mm256_slli_epi32(idx, 1);
+                __m256i idx = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(ranks + i + 8 * g))), 1);
                 GATHER_PAIRS(a, b, rec, idx, 8);
                 GATHER_PAIRS(c, d, rec + 1, idx, 8);
                 m = LOW_HALVES(a, b), x_max = HIGH_HALVES(a, b), fc = LOW_HALVES(c, d), l = HIGH_HALVES(c, d);
@@ -1445,8 +1471,9 @@ static const char *decode_wide(const uint8_t *in, Py_ssize_t inlen, const uint8_
         int widest = 0;
         for (Py_ssize_t r = 0; r < bins; r++) if (obits[r] > widest) widest = obits[r];
         int near = width == 4 && widest <= NEAR_AVX2_BITS;
+        /* (AVX2: loads where the table lies in L1, gathers where it does not: LOAD_PAIRS) */
         int (*kernel)(WIDE_PARAMS) = wide_avx512_usable(simd) ? (near ? wide_avx512_near : wide_avx512)
-                                                             : (near ? wide_avx2_near : wide_avx2);
+            : P <= LOADED_MAX_P ? (near ? wide_avx2_near : wide_avx2) : (near ? wide_avx2_near_gathered : wide_avx2_gathered);
 #ifdef HAVE_WIDE_ZMM
         if (wide_zmm_usable(simd))
             kernel = width == 4 && widest <= NEAR_BITS ? wide_zmm_near : wide_zmm;
