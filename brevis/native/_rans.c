@@ -819,13 +819,16 @@ static int32_t wide_perm[256][8];  /* lane k of mask m takes word popcount(m & (
 /* GATHER_PAIRS(A, B, BASE, IDX, 8) by eight scalar loads: the indices
  * stored and read back, the items put together. On AMD's Zen 3 an AVX2
  * gather of four items costs more than the loads it stands for (one
- * thread, coder_kernels' decode_stream, ns a value, best of 7 in two
- * interleaved rounds: nomic 16-bit 1.55 -> 1.29, bytes 1.49 -> 1.22,
- * 23-bit mantissas 1.70 -> 1.42; minilm alike; astra's 16-bit values,
- * whose tables pass L1, 2.10 -> 2.00-2.38). The AVX-512 kernels keep their
- * gathers (the Zen 4 and Intel servers that have AVX-512 gather faster;
- * not measured here). */
-#define LOADED_MAX_P 12  /* tables of 2^12 items (32 KiB) at most: larger ones (astra's 16-bit values) gather faster */
+ * thread, coder_kernels' decode_stream, ns a value, best of 9 in three
+ * interleaved rounds: nomic 16-bit 1.54 -> 1.29, bytes 1.46 -> 1.22,
+ * astra 23-bit mantissas 1.62 -> 1.35, pocketnet alike; astra's 16-bit
+ * values about the same, 2.05-2.13 -> 1.96-2.16; a wide block of 2^19
+ * values spread evenly over 300 to 20,000 keys, best of 9: 1.95 -> 1.53
+ * at P 12 with 300 keys, 1.56 -> 1.33 with 4,000, 1.70 -> 1.45 at P 13,
+ * 2.37 -> 2.18 at P 15). The wide decoder's tables of any size; not the
+ * narrow engine's (eight blocks' tables, 256 KiB: 2.23-2.27 -> 2.36-2.38
+ * a value with loads), nor the AVX-512 kernels (the Zen 4 and Intel
+ * servers that have AVX-512 gather faster; not measured here). */
 #define LOAD_PAIRS(A, B, BASE, IDX) { \
     uint32_t i_[8]; \
     _mm256_storeu_si256((__m256i *)i_, (IDX)); \
@@ -964,8 +967,6 @@ static inline int wide_body(WIDE_PARAMS, int near, int gathers) {
  * interleaved). The same values either way (the tests run both). */
 __attribute__((target("avx2")))
 static int wide_avx2(WIDE_PARAMS) { return wide_body(WIDE_ARGS, 0, 0); }
-__attribute__((target("avx2")))
-static int wide_avx2_gathered(WIDE_PARAMS) { return wide_body(WIDE_ARGS, 0, 1); }
 __attribute__((target("avx2,avx512f,avx512vl,avx512bw,avx512dq")))
 static int wide_avx512(WIDE_PARAMS) { return wide_body(WIDE_ARGS, 0, 1); }
 /* 32-bit values whose offsets are at most NEAR_AVX2_BITS wide: read as
@@ -974,8 +975,6 @@ static int wide_avx512(WIDE_PARAMS) { return wide_body(WIDE_ARGS, 0, 1); }
 #define NEAR_AVX2_BITS 27
 __attribute__((target("avx2")))
 static int wide_avx2_near(WIDE_PARAMS) { return wide_body(WIDE_ARGS, 1, 0); }
-__attribute__((target("avx2")))
-static int wide_avx2_near_gathered(WIDE_PARAMS) { return wide_body(WIDE_ARGS, 1, 1); }
 __attribute__((target("avx2,avx512f,avx512vl,avx512bw,avx512dq")))
 static int wide_avx512_near(WIDE_PARAMS) { return wide_body(WIDE_ARGS, 1, 1); }
 
@@ -1471,9 +1470,8 @@ static const char *decode_wide(const uint8_t *in, Py_ssize_t inlen, const uint8_
         int widest = 0;
         for (Py_ssize_t r = 0; r < bins; r++) if (obits[r] > widest) widest = obits[r];
         int near = width == 4 && widest <= NEAR_AVX2_BITS;
-        /* (AVX2: loads where the table lies in L1, gathers where it does not: LOAD_PAIRS) */
         int (*kernel)(WIDE_PARAMS) = wide_avx512_usable(simd) ? (near ? wide_avx512_near : wide_avx512)
-            : P <= LOADED_MAX_P ? (near ? wide_avx2_near : wide_avx2) : (near ? wide_avx2_near_gathered : wide_avx2_gathered);
+                                                             : (near ? wide_avx2_near : wide_avx2);
 #ifdef HAVE_WIDE_ZMM
         if (wide_zmm_usable(simd))
             kernel = width == 4 && widest <= NEAR_BITS ? wide_zmm_near : wide_zmm;

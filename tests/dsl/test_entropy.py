@@ -81,9 +81,8 @@ def test_wide_blocks_of_more_than_4096_bins_code_alike(keys, monkeypatch):
     """A wide block of thousands of equally common 16-bit values takes a
     bin each and a precision above 12 bits (13, 14): the AVX2 coder then
     reads two records a bin, where it reads one up to 12 (every other case
-    here), and the AVX2 decoder gathers its table's items, where it loads
-    them one by one up to 12; the same bytes as the loop either way, and
-    every decoder gives the values back."""
+    here), and the decoders' tables are 2^13 and 2^14 items; the same
+    bytes as the loop either way, and every decoder gives the values back."""
     x = np.random.default_rng(3).permutation(np.repeat(np.arange(keys, dtype=np.uint16) * 7, 40))
     args = (x, 2, 16, entropy.BIN_COST, entropy.NODE_COST, entropy.WIDE_LANES)
     fast = entropy._rans.encode_block(*args, 1)
