@@ -61,8 +61,10 @@ class Deduplicator:
 
 def same_chunks(a: ChunkRef, b: ChunkRef, references: bool) -> bool:
     """Whether two chunks hold the same bytes (and, `references`, are coded against the same ones)."""
+    if a.length != b.length:
+        return False
     ta, tb = a.task(), b.task()
-    if ta.length != tb.length or read_chunk(ta) != read_chunk(tb):
+    if read_chunk(ta) != read_chunk(tb):
         return False
     return not references or read_reference(ta) == read_reference(tb)
 

@@ -832,9 +832,13 @@ static int32_t wide_perm[256][8];  /* lane k of mask m takes word popcount(m & (
 #define LOAD_PAIRS(A, B, BASE, IDX) { \
     uint32_t i_[8]; \
     _mm256_storeu_si256((__m256i *)i_, (IDX)); \
+    LOAD_PAIRS_AT(A, B, BASE, i_); \
+}
+/* The same from eight indices in memory (I: any integer array). */
+#define LOAD_PAIRS_AT(A, B, BASE, I) { \
     const uint64_t *b_ = (const uint64_t *)(BASE); \
-    A = _mm256_setr_epi64x((long long)b_[i_[0]], (long long)b_[i_[1]], (long long)b_[i_[4]], (long long)b_[i_[5]]); \
-    B = _mm256_setr_epi64x((long long)b_[i_[2]], (long long)b_[i_[3]], (long long)b_[i_[6]], (long long)b_[i_[7]]); \
+    A = _mm256_setr_epi64x((long long)b_[(I)[0]], (long long)b_[(I)[1]], (long long)b_[(I)[4]], (long long)b_[(I)[5]]); \
+    B = _mm256_setr_epi64x((long long)b_[(I)[2]], (long long)b_[(I)[3]], (long long)b_[(I)[6]], (long long)b_[(I)[7]]); \
 }
 #define LOW_HALVES(A, B) _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(A), _mm256_castsi256_ps(B), 0x88))
 #define HIGH_HALVES(A, B) _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(A), _mm256_castsi256_ps(B), 0xdd))
@@ -1235,13 +1239,11 @@ static inline uint16_t *wide_encode_body(const uint64_t *rec, const uint16_t *ra
     for (Py_ssize_t i = whole - WIDE_LANES; i >= 0; i -= WIDE_LANES) {
         for (int g = 3; g >= 0; g--) {
             __m256i a, b, m, x_max, fc, l;
-            if (packed) {  /* the eight records by scalar loads (LOAD_PAIRS: coder_kernels' encode_block on
+            if (packed) {  /* the eight records by scalar loads (LOAD_PAIRS_AT: coder_kernels' encode_block on
                             * the AMD EPYC, Zen 3, ns a value, gathers -> loads: nomic 16-bit 3.83-3.99 -> 3.32-3.39,
                             * bytes 2.65-3.01 -> 2.16-2.17, astra 16-bit 3.38-3.41 -> 2.88-2.90; for two records a bin,
                             * below, the loads were no faster) */
-                const uint16_t *r_ = ranks + i + 8 * g;
-                a = _mm256_setr_epi64x((long long)rec[r_[0]], (long long)rec[r_[1]], (long long)rec[r_[4]], (long long)rec[r_[5]]);
-                b = _mm256_setr_epi64x((long long)rec[r_[2]], (long long)rec[r_[3]], (long long)rec[r_[6]], (long long)rec[r_[7]]);
+                LOAD_PAIRS_AT(a, b, rec, ranks + i + 8 * g)
                 m = LOW_HALVES(a, b);
                 __m256i hi = HIGH_HALVES(a, b), freq = _mm256_and_si256(hi, f13);
                 l = _mm256_srli_epi32(hi, 25);

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+
 from ..dsl.interpreter import forward
 from ..dsl.memory import chunk_fits
 from ..dsl.operator import Coder
