@@ -265,15 +265,18 @@ def _planner(effort: int, prior: str):
     return Planner(effort, Prior.from_json(json.loads(prior)))
 
 
-def run_plan(task: PlanTask) -> tuple[str, dict, float | None, int | None]:
+def run_plan(task: PlanTask) -> tuple[str, dict, float | None, int | None, tuple[str, float | None] | None]:
     """Plan one segment (in any process) as the planner of the main process
-    would: the program as JSON text, the plan's stats, estimate and chunk size."""
+    would: the program as JSON text, the plan's stats, estimate and chunk
+    size, and, where one `ans` leaf took its program's place, the program
+    and estimate its family reuses (Plan.found)."""
     from ..synth.planner import published
 
     family = published(parse_program(task.family[0]), task.family[1]) if task.family else None
     plan = _planner(task.segment.effort, task.prior).plan(task.segment.info(task.parsed, task.lzma), family)
     text = json.dumps(plan.program.to_json()) if plan.program is not None else ""
-    return text, plan.stats, plan.estimate, plan.chunk_bytes
+    found = (json.dumps(plan.found.program.to_json()), plan.found.estimate) if plan.found is not None else None
+    return text, plan.stats, plan.estimate, plan.chunk_bytes, found
 
 
 def run_chunks(tasks: list[ChunkTask]) -> list[ChunkOutput]:
