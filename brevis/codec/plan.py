@@ -520,9 +520,8 @@ def _planned_elsewhere(items, plan, planner: Planner, executor: Executor, ahead:
 
     def parsed(entry: list) -> tuple:
         if entry[2] is None:
-            text, stats, estimate, most, found = entry[1].result()
-            made = Plan(parse_program(found[0]), stats, found[1]) if found else None
-            entry[2] = (Plan(parse_program(text) if text else None, stats, estimate, most, made), None, text)
+            text, stats, estimate, most = entry[1].result()
+            entry[2] = (Plan(parse_program(text) if text else None, stats, estimate, most), None, text)
         return entry[2]
 
     def lead(entry: list, result: Plan | None) -> None:

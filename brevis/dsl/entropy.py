@@ -462,13 +462,33 @@ class Ans(Coder):
         self.accepts(t)
         if not len(x) or _rans is None:
             return super().estimate(x, t)
-        shift = max(0, t.bits - KEY_BITS)
-        n, x = len(x), np.ascontiguousarray(x, dtype=f"<u{_width(t)}")
+        x = np.ascontiguousarray(x, dtype=f"<u{_width(t)}")
         counts: list = []
         block_log = choose_block(x, t, counts)
         if block_log:  # a model per block: measured by coding it (the choice made once), as Coder.estimate does
             stream = self._encode_blocks(x, t, block_log, counts)
             return len(stream), self.fixed_bytes(stream)
+        return self._one_model(x, t, factor)
+
+    def encode_within(self, x, t, most: int) -> bytes | None:
+        """encode(x, t) where the stream is at most `most` bytes, else None:
+        values that take one model are coded only where the trie's cost
+        (within a few bytes of their stream) says they fit."""
+        self.accepts(t)
+        if not len(x) or _rans is None:
+            stream = self.encode(x, t)
+            return stream if len(stream) <= most else None
+        values = np.ascontiguousarray(x, dtype=f"<u{_width(t)}")
+        counts: list = []
+        block_log = choose_block(values, t, counts)
+        if not block_log and self._one_model(values, t, 1.0)[0] > most:
+            return None
+        stream = self._encode_blocks(values, t, block_log, counts)
+        return stream if len(stream) <= most else None
+
+    def _one_model(self, x: np.ndarray, t: Field, factor: float) -> tuple[int, int]:
+        shift = max(0, t.bits - KEY_BITS)
+        n = len(x)
         factor = max(1.0, factor)
         bins, codes, bits = _rans.trie_cost(x, _width(t), shift, t.bits - shift, BIN_COST / factor, NODE_COST / factor)
         nodes = codes - bins

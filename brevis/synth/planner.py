@@ -54,10 +54,6 @@ WHOLE_TRIAL_BYTES = 1 << 20
 # within FAST_SLACK of the best it is taken.
 FAST_REFERENCE = (Program.op(SubBase(), Program.op(ZigZag(), TINY_ANS)), Program.op(XorBase(), TINY_ANS))
 FAST_SLACK = 0.005
-# A tensor's split (a partition, bit fields) gives way to one `ans` leaf on
-# its whole values where that codes its chunks no larger (_one_leaf), looked
-# at where the leaf's estimate comes within ONE_LEAF_SCREEN of the plan's.
-ONE_LEAF_SCREEN = 0.05
 # Measured on small tensors against the plan's estimate. Level 3: these
 # trials named levels 9 and 19 but coded at level 3 until 2026-12-06 (see
 # coders.Zstd); honoured, they cost far more than they gained (BYTE_CODERS).
@@ -192,9 +188,6 @@ class Plan:
     stats: dict = field(default_factory=dict)
     estimate: float | None = None  # predicted bytes, where a search or a trial predicted them
     chunk_bytes: int | None = None  # longer chunks than the archive's, where the program gains by them
-    # The plan the search or a shortcut made, where one `ans` leaf took its
-    # program's place (_one_leaf): what the segment's family reuses.
-    found: "Plan | None" = None
 
 
 def sample(seg: SegmentInfo, e: Effort, read=None) -> list[np.ndarray]:
@@ -246,7 +239,6 @@ class _Family:
 
 def publish(family: _Family, plan: Plan | None, seg: SegmentInfo) -> None:
     """The leader's plan (None: it failed) made known to its family's followers."""
-    plan = plan.found or plan if plan is not None else None
     if plan is not None and plan.program is not None:
         family.program = plan.program
         estimate = plan.estimate if plan.estimate is not None else plan.stats.get("estimate", 0)
@@ -358,7 +350,7 @@ class Planner:
             size = len(REPEATS.node.encode(x, seg.t))
             if size < estimate * 0.98:
                 return Plan(REPEATS, dict(plan.stats, estimate=size), size)
-        return _one_leaf(plan, seg)
+        return plan
 
     def _choose(self, seg: SegmentInfo, family: _Family | None, leader: bool) -> Plan:
         if seg.length == 0:
@@ -479,52 +471,6 @@ def _unsplit(program: Program, estimate: float, root: Value, seg: SegmentInfo,
     if changed:
         estimate = _estimate(program, root, seg, scale) or estimate
     return program, estimate
-
-
-def _one_leaf(plan: Plan, seg: SegmentInfo) -> Plan:
-    """A tensor's plan, or one `ans` leaf on its whole values where that
-    codes its chunks no larger: one stream and one pass to decode, where
-    each pass of a split (a partition's context, its classes, the words put
-    together again) costs more than the one leaf's (easyocr's F32 chunks
-    split by exponent decoded at about 1.0 GB/s, those coded by `ans` at
-    2.7, one thread). Measured on chunks of the segment (_chunk_windows:
-    both estimates exact there, Ans.estimate of a whole chunk), not on the
-    sample the search compared them on, where a leaf over wide values looks
-    dearer than it is (its keys binned coarsely: easyocr's F32 segments
-    1.1-3.5 % dearer on the sample, as large or smaller on a chunk); the
-    split measured only where the leaf comes within ONE_LEAF_SCREEN of the
-    plan's estimate. The plan made stays what the segment's family reuses
-    (`found`): each follower looks again (astra's layer4.1.conv2 took its
-    leader's leaf, 0.24 % larger than its own partition)."""
-    program = plan.program
-    if (program is None or not program.children or program.uses_reference or not isinstance(seg.t, Tensor)
-            or seg.records or seg.reference is not None or seg.t.bits > 32 or plan.estimate is None):
-        return plan
-    windows = _chunk_windows(seg)
-    share = sum(x.nbytes for x in windows) / seg.length
-    try:
-        one = sum(n for x in windows for n, _ in estimate(TINY_ANS, x, seg.t, leaf=leaf_estimate))
-        if one > plan.estimate * share * (1 + ONE_LEAF_SCREEN):
-            return plan
-        several = sum(n for x in windows for n, _ in estimate(program, x, seg.t, leaf=leaf_estimate))
-    except (NotApplicable, ProgramError):
-        return plan
-    several += STREAM_INDEX_BYTES * (len(program.leaves()) - 1) * len(windows)
-    if one > several:
-        return plan
-    return Plan(TINY_ANS, dict(plan.stats, estimate=round(one / share)), one / share, plan.chunk_bytes, found=plan)
-
-
-def _chunk_windows(seg: SegmentInfo) -> list[np.ndarray]:
-    """A chunk's length of the segment's elements at its middle, or, from
-    three chunks on, at a third and at two thirds of it, where a large
-    weight's statistics may differ (astra's and nomic's archives 1.1 and 1.5
-    KB smaller than with the middle chunk alone)."""
-    size = seg.t.container.itemsize
-    length = seg.length // max(1, seg.chunks) // size * size
-    centres = (seg.length // 3, 2 * seg.length // 3) if seg.chunks >= 3 else (seg.length // 2,)
-    return [np.frombuffer(seg.read(max(0, c - length // 2) // size * size, length), dtype=seg.t.container)
-            for c in centres]
 
 
 def _alike_splits(program: Program, t: Field, path: tuple[int, ...] = ()) -> list[tuple[int, ...]]:

@@ -982,3 +982,21 @@ def test_choose_block_decides_as_numpy_does(monkeypatch):
     monkeypatch.setattr(entropy, "_C_BLOCK_BITS", False)
     assert [entropy.choose_block(x, t) for x in cases] == in_c
     assert len(set(in_c)) > 1
+
+
+@pytest.mark.parametrize("kind", ["bell", "uniform", "skewed"])
+@pytest.mark.parametrize("n", [1, 1000, 40_000, 300_000])
+def test_a_stream_within_a_bound_is_the_stream(kind, n):
+    """encode_within: the stream encode makes, where it is within the
+    bound (by more than the few bytes the one model's estimate may be off:
+    it decides whether to code); None where it is not (one byte short of
+    it), a model per block or not: the bound held on the stream itself."""
+    t = Field(16)
+    x = values(kind, n, 16, seed=n)
+    if kind == "bell" and n == 300_000:  # drifting statistics: a model per block
+        x[n // 2:] = (x[n // 2:] >> 4).astype(x.dtype)
+    stream = Ans().encode(x, t)
+    assert Ans().encode_within(x, t, len(stream) + 64) == stream
+    assert Ans().encode_within(x, t, len(stream)) in (stream, None)
+    assert Ans().encode_within(x, t, len(stream) - 1) is None
+    assert Ans().encode_within(x, t, 0) is None
