@@ -472,8 +472,9 @@ class Ans(Coder):
 
     def encode_within(self, x, t, most: int) -> bytes | None:
         """encode(x, t) where the stream is at most `most` bytes, else None:
-        values that take one model are coded only where the trie's cost
-        (within a few bytes of their stream) says they fit."""
+        coded only where the trie's cost of each model (within a few bytes of
+        its block; a pass over the values, a third of coding them) says the
+        stream fits."""
         self.accepts(t)
         if not len(x) or _rans is None:
             stream = self.encode(x, t)
@@ -481,7 +482,8 @@ class Ans(Coder):
         values = np.ascontiguousarray(x, dtype=f"<u{_width(t)}")
         counts: list = []
         block_log = choose_block(values, t, counts)
-        if not block_log and self._one_model(values, t, 1.0)[0] > most:
+        size = 1 << block_log if block_log else len(values)
+        if sum(self._one_model(values[i:i + size], t, 1.0)[0] for i in range(0, len(values), size)) > most:
             return None
         stream = self._encode_blocks(values, t, block_log, counts)
         return stream if len(stream) <= most else None
