@@ -472,9 +472,8 @@ class Ans(Coder):
 
     def encode_within(self, x, t, most: int) -> bytes | None:
         """encode(x, t) where the stream is at most `most` bytes, else None:
-        coded only where the trie's cost of each model (within a few bytes of
-        its block; a pass over the values, a third of coding them) says the
-        stream fits."""
+        coded only where the trie's cost of each model (a pass over the
+        values, within a few bytes of each block's stream) says it fits."""
         self.accepts(t)
         if not len(x) or _rans is None:
             stream = self.encode(x, t)
@@ -489,6 +488,7 @@ class Ans(Coder):
         return stream if len(stream) <= most else None
 
     def _one_model(self, x: np.ndarray, t: Field, factor: float) -> tuple[int, int]:
+        """estimate's (length, model) of contiguous values that take one model."""
         shift = max(0, t.bits - KEY_BITS)
         n = len(x)
         factor = max(1.0, factor)

@@ -124,13 +124,13 @@ def one_leaf(program: Program, streams: list[bytes], x: np.ndarray, t: Field) ->
     larger: it never grows."""
     if not isinstance(t, Tensor) or t.bits > 32:
         return program, streams
-    leaf, entry = _one_leaf()
+    leaf, entry = _leaf_and_entry()
     stream = leaf.node.encode_within(x, t, sum(map(len, streams)) + entry * (len(streams) - 1))
     return (program, streams) if stream is None else (leaf, [stream])
 
 
 @lru_cache(maxsize=1)
-def _one_leaf() -> tuple[Program, int]:
+def _leaf_and_entry() -> tuple[Program, int]:
     """One `ans` leaf, and what one more stream costs the index (the search's figure)."""
     from ..synth.planner import TINY_ANS
     from ..synth.search import STREAM_INDEX_BYTES

@@ -36,8 +36,9 @@ def test_a_split_that_codes_no_smaller_gives_way_to_one_leaf():
 
 
 def test_a_split_that_codes_smaller_stays():
-    """Streams smaller than the leaf's, by less than the index entries they
-    cost too, stay; so do streams smaller by more."""
+    """Streams whose bytes and index entries come to less than the leaf's
+    stream stay (by a byte, or by half of it); streams a few dozen bytes
+    larger give way."""
     x = dense(1 << 16).view(np.uint32)
     leaf = len(Ans().encode(x, F32))
     for size in (leaf - 6 * 3 - 1, leaf // 2):
