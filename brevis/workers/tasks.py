@@ -24,6 +24,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..dsl.entropy import MAX_BITS
 from ..dsl.interpreter import forward
 from ..dsl.memory import chunk_fits
 from ..dsl.operator import Coder
@@ -122,7 +123,7 @@ def one_leaf(program: Program, streams: list[bytes], x: np.ndarray, t: Field) ->
     already, and the leaf costs its choice of models and, where it may
     fit, its coding (Ans.encode_within). A chunk takes what codes it no
     larger: it never grows."""
-    if not isinstance(t, Tensor) or t.bits > 32:
+    if not isinstance(t, Tensor) or t.bits > MAX_BITS:  # (values `ans` does not code)
         return program, streams
     leaf, entry = _leaf_and_entry()
     stream = leaf.node.encode_within(x, t, sum(map(len, streams)) + entry * (len(streams) - 1))
