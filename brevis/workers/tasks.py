@@ -307,6 +307,11 @@ def run_plan(task: PlanTask) -> tuple[str, dict, float | None, int | None]:
     return text, plan.stats, plan.estimate, plan.chunk_bytes
 
 
+def run_plans(tasks: list[PlanTask]) -> list[tuple[str, dict, float | None, int | None]]:
+    """A batch of segments' plans: one round trip to a worker for several segments."""
+    return [run_plan(t) for t in tasks]
+
+
 def run_chunks(tasks: list[ChunkTask]) -> list[ChunkOutput]:
     """A batch of chunks: one round trip to a worker for several chunks."""
     return [run_chunk(t) for t in tasks]

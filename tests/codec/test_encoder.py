@@ -24,6 +24,7 @@ import brevis
 from brevis.archive.reader import ArchiveReader
 from brevis.archive.schema import SearchKind
 from brevis.codec import encoder
+from brevis.codec import plan as plan_module
 from brevis.codec.assembler import Assembler
 from brevis.codec.plan import lay_out, plan_segments, scan
 from brevis.errors import IOFailure
@@ -93,12 +94,14 @@ def segment_plans(sources: list[Source], planner, executor, ahead: int) -> list[
     return out
 
 
-def test_segments_planned_elsewhere_get_the_plans_made_here(tmp_path):
+@pytest.mark.parametrize("batch", [1, 2, 16])
+def test_segments_planned_elsewhere_get_the_plans_made_here(tmp_path, monkeypatch, batch):
     """plan_segments with an executor (worker processes in compress; threads
-    here) runs each segment's planning in a task that carries the prior as
-    JSON and, for a family's follower, its leader's program: the plans are
-    the ones made on this process's pool, families and learned programs
-    included."""
+    here) runs the segments' planning in jobs of `batch` segments, each
+    task carrying the prior as JSON and, for a family's follower, its
+    leader's program: the plans are the ones made on this process's pool,
+    families and learned programs included, however the batches fall."""
+    monkeypatch.setattr(plan_module, "PLAN_BATCH_SEGMENTS", batch)
     rng = np.random.default_rng(4)
     tensors = {f"layer{i}.mlp.weight": ("F16", (64, 256), (rng.standard_normal(64 * 256) * 0.02)
                                         .astype(np.float16).tobytes()) for i in range(6)}
@@ -117,12 +120,13 @@ def test_segments_planned_elsewhere_get_the_plans_made_here(tmp_path):
     assert {SearchKind.FAMILY, SearchKind.LEARNED, SearchKind.SEARCH} <= set(kinds), kinds
 
 
-def test_a_follower_waiting_for_its_leader_holds_back_no_later_segment(tmp_path):
+def test_a_follower_waiting_for_its_leader_holds_back_no_later_segment(tmp_path, monkeypatch):
     """Planned elsewhere, a family's follower waits for its leader's plan,
     but the segments after it are sent meanwhile: here the leader's job
-    runs only once a segment after all of its followers has been sent (it
-    would wait out the timeout were they held back), and the plans are
-    still the ones made here."""
+    (one segment a job) runs only once a segment after all of its
+    followers has been sent (it would wait out the timeout were they held
+    back), and the plans are still the ones made here."""
+    monkeypatch.setattr(plan_module, "PLAN_BATCH_SEGMENTS", 1)
     rng = np.random.default_rng(5)
     tensors = {f"layer{i}.mlp.weight": ("F16", (64, 256), (rng.standard_normal(64 * 256) * 0.02)
                                         .astype(np.float16).tobytes()) for i in range(4)}
@@ -133,16 +137,17 @@ def test_a_follower_waiting_for_its_leader_holds_back_no_later_segment(tmp_path)
     waited_out = []
 
     class Gated(ThreadPoolExecutor):
-        def submit(self, fn, task):
-            if task.segment.name == "zeta.weight":
+        def submit(self, fn, tasks):
+            names = [task.segment.name for task in tasks]
+            if "zeta.weight" in names:
                 last_sent.set()
-            if task.segment.name != "layer0.mlp.weight":
-                return super().submit(fn, task)
+            if "layer0.mlp.weight" not in names:
+                return super().submit(fn, tasks)
 
-            def leader(task):
+            def leader(tasks):
                 waited_out.append(not last_sent.wait(10))
-                return fn(task)
-            return super().submit(leader, task)
+                return fn(tasks)
+            return super().submit(leader, tasks)
 
     here = segment_plans([source], lambda: Planner(2), None, 8)
     with Gated(2) as ex:
