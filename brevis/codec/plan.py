@@ -489,16 +489,23 @@ def plan_segments(files: list[PlannedFile], planner: Planner, pool: Pool, chunk_
 HELD = object()  # _planned_elsewhere's job of a follower not yet sent
 QUEUED = object()  # _planned_elsewhere's job of a segment in the batch not yet sent
 
-# Segments go to the workers in batches of at most this many, and of about
-# this many bytes (a larger segment goes alone): a job's round trip costs
-# the main process about 0.2 ms of its threads (ProcessPoolExecutor's
-# queues and pickling, measured on the AMD EPYC), as much as planning a
-# small segment that takes its sibling's program. Compress at -j2 against
-# one job a segment, 10 fresh processes each, interleaved, median s:
-# pocketnet (206 segments) 0.437 -> 0.365, nudenet 0.325 -> 0.305,
-# resemblyzer 0.472 -> 0.453, piper 1.099 -> 1.058; the same archives.
+# Segments cheap to plan (a family's follower, which tries its leader's
+# program first, or a segment of at most PLAN_BATCH_SMALL bytes) go to the
+# workers in batches of at most PLAN_BATCH_SEGMENTS and about
+# PLAN_BATCH_BYTES, once `ahead` jobs are out; any other goes alone: a
+# job's round trip costs the main process about 0.2 ms of its threads
+# (ProcessPoolExecutor's queues and pickling, measured on the AMD EPYC), as
+# much as planning a small segment that takes its sibling's program, and a
+# batch holding a long search held back the plans after it (ppocr, where
+# every segment was batched: 1.12x the time). Compress at -j2 against one
+# job a segment, fresh processes taking turns, median s (benchmarks/
+# results/ab-0c6bfc5-plan-batches.md): pocketnet (206 segments, 185
+# followers) 0.431 -> 0.364, minilm-int8 0.285 -> 0.252, onnx's test data
+# (5,805 small files) 4.70 -> 3.28; ppocr 1.010 -> 1.025 (0.975 at the
+# best); every archive the same.
 PLAN_BATCH_SEGMENTS = 16
 PLAN_BATCH_BYTES = 1 << 20
+PLAN_BATCH_SMALL = 16 << 10  # a segment this small is batched whatever it is (a larger one: a follower)
 
 
 class _Batch:
@@ -536,8 +543,8 @@ def _planned_elsewhere(items, plan, planner: Planner, executor: Executor, ahead:
     sent (on 16 cores, waiting there left all but a few workers idle while
     a leader's search ran: benchmarks/results/scaling.md), and while this
     thread waits for the oldest plan, each leader's plan that comes back
-    sends its followers. A batch goes out when full, and before this thread
-    waits for a plan."""
+    sends its followers. A batch goes out at once while fewer than `ahead`
+    are out, else when full or when this thread needs a plan of it."""
     prior = json.dumps(planner.prior.to_json())
     pending: deque[list] = deque()  # [item, job, plan]: job a _Part, QUEUED, a plan made here, or HELD
     held: dict[int, list[list]] = {}  # id(family) -> its followers' entries, sent once its leader's plan is back
@@ -555,12 +562,17 @@ def _planned_elsewhere(items, plan, planner: Planner, executor: Executor, ahead:
                               seg.records, info.chunks, planner.effort.level, f.identity(), seg.ranges)
         task = PlanTask(segment, prior, info.parsed, info.lzma,
                         (program_text(family.program), family.bytes_per_byte) if follows else None)
-        if batch and batch_bytes + seg.length > PLAN_BATCH_BYTES:
+        # A follower (its leader's program tried first) or a small segment is
+        # cheap to plan; another may search for long, and goes alone.
+        cheap = follows or seg.length <= PLAN_BATCH_SMALL
+        if batch and (not cheap or batch_bytes + seg.length > PLAN_BATCH_BYTES):
             flush()
         entry[1] = QUEUED
         batch.append((entry, task))
         batch_bytes += seg.length
-        if len(batch) >= PLAN_BATCH_SEGMENTS or batch_bytes >= PLAN_BATCH_BYTES:
+        # Out at once where fewer than `ahead` jobs are (the workers may be
+        # idle, or the plans soon needed), else once full
+        if not cheap or len(batch) >= PLAN_BATCH_SEGMENTS or batch_bytes >= PLAN_BATCH_BYTES or out < ahead:
             flush()
 
     def flush() -> None:
@@ -601,7 +613,8 @@ def _planned_elsewhere(items, plan, planner: Planner, executor: Executor, ahead:
         _, info, family, leader = item
         if entry[1] is HELD:  # a follower, whose leader came before it and has led by now
             send(entry)
-        flush()  # (what this thread waits for, and what the workers may plan meanwhile)
+        if entry[1] is QUEUED:  # (else its batch is out, with `ahead` more: the workers have enough)
+            flush()
         job = entry[1]
         if not isinstance(job, _Part):
             return item, job
@@ -610,7 +623,6 @@ def _planned_elsewhere(items, plan, planner: Planner, executor: Executor, ahead:
         result = None
         try:
             while not job.done():
-                flush()  # followers their leaders' plans sent meanwhile
                 wait([job.batch.future, *(e[1].batch.future for e in leaders.values() if isinstance(e[1], _Part))],
                      return_when=FIRST_COMPLETED)
                 release()
@@ -636,8 +648,9 @@ def _planned_elsewhere(items, plan, planner: Planner, executor: Executor, ahead:
                     leaders[id(family)] = entry
             pending.append(entry)
             release()
-            # Followers held count against a larger window: they cost the workers nothing yet.
-            if out >= ahead or len(pending) >= 8 * ahead * PLAN_BATCH_SEGMENTS:
+            # A full batch past the `ahead` jobs out is the cue to take a plan. Followers
+            # held count against a larger window: they cost the workers nothing yet.
+            if out > ahead or len(pending) >= 8 * ahead * PLAN_BATCH_SEGMENTS:
                 yield finish()
         while pending:
             yield finish()
