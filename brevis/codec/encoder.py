@@ -9,9 +9,9 @@
    of the segments (unless a prior was given).
 3. Plan and encode, through two ordered maps: planning (plan.plan_segments:
    sampling a segment and searching its program) runs a few segments ahead
-   of encoding, as self-contained jobs (tasks.run_plans, small segments in
-   batches: the prior travels as JSON, a family's follower gets its
-   leader's program) where chunks
+   of encoding, as self-contained jobs (tasks.run_plans, the segments
+   cheap to plan in batches: the prior travels as JSON, a family's follower
+   gets its leader's program) where chunks
    are encoded by worker processes or an executor, else on a thread pool.
    Encoding a chunk (reading, checksumming, coding: tasks.run_chunk) is a
    self-contained job that runs on worker processes (large inputs with
