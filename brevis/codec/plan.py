@@ -534,8 +534,9 @@ class _Part:
 
 def _planned_elsewhere(items, plan, planner: Planner, executor: Executor, ahead: int):
     """(item, plan_segments' plan of it) in order, each segment planned by
-    a worker (tasks.run_plans), in batches (PLAN_BATCH_SEGMENTS), `ahead`
-    batches out at once; a segment coded against a base is planned here
+    a worker (tasks.run_plans), the cheap ones in batches
+    (PLAN_BATCH_SEGMENTS), `ahead` jobs out and a full batch more; a
+    segment coded against a base is planned here
     (`plan`). Jobs are submitted from this thread only: a worker process
     started by a submit is tied to the submitting thread (its death signal,
     processes.py). A family's follower is sent once its leader's plan is
