@@ -425,9 +425,16 @@ class Ans(Coder):
         self.accepts(t)
         if not len(x):
             return b""
+        values, block_log, counts = self._blocks(x, t)
+        return self._encode_blocks(values, t, block_log, counts)
+
+    def _blocks(self, x, t: Field) -> tuple[np.ndarray, int, list]:
+        """x as contiguous values of t's width, the values per model
+        (choose_block's log2) and each block's key counts where choosing
+        the blocks made them (what _encode_blocks takes)."""
         values = np.ascontiguousarray(x, dtype=f"<u{_width(t)}")
-        counts: list = []  # each block's key counts, where choosing the blocks made them
-        return self._encode_blocks(values, t, choose_block(values, t, counts), counts)
+        counts: list = []
+        return values, choose_block(values, t, counts), counts
 
     def _encode_blocks(self, values: np.ndarray, t: Field, block_log: int, counts: list) -> bytes:
         """The stream of values (contiguous, of t's width) in blocks of
@@ -462,9 +469,7 @@ class Ans(Coder):
         self.accepts(t)
         if not len(x) or _rans is None:
             return super().estimate(x, t)
-        x = np.ascontiguousarray(x, dtype=f"<u{_width(t)}")
-        counts: list = []
-        block_log = choose_block(x, t, counts)
+        x, block_log, counts = self._blocks(x, t)
         if block_log:  # a model per block: measured by coding it (the choice made once), as Coder.estimate does
             stream = self._encode_blocks(x, t, block_log, counts)
             return len(stream), self.fixed_bytes(stream)
@@ -478,9 +483,7 @@ class Ans(Coder):
         if not len(x) or _rans is None:
             stream = self.encode(x, t)
             return stream if len(stream) <= most else None
-        values = np.ascontiguousarray(x, dtype=f"<u{_width(t)}")
-        counts: list = []
-        block_log = choose_block(values, t, counts)
+        values, block_log, counts = self._blocks(x, t)
         size = 1 << block_log if block_log else len(values)
         if sum(self._one_model(values[i:i + size], t, 1.0)[0] for i in range(0, len(values), size)) > most:
             return None
