@@ -354,6 +354,30 @@ def test_unpack_profile_on_a_tiny_checkpoint(tmp_path, monkeypatch, capsys):
     assert int(faults.group(1)) > 10
 
 
+def test_unpack_stages_splits_each_call_into_its_stages(tmp_path, monkeypatch, capsys):
+    """Two fresh processes, two unpacks each: the index, the decoding and
+    the rest add up to the call; the second call finds the index read."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks import unpack_stages
+
+    corpus = tiny_corpus(tmp_path)
+    runs = []
+    real = unpack_stages.run_once
+    monkeypatch.setattr(unpack_stages, "run_once", lambda *a: runs.append(real(*a)) or runs[-1])
+    assert unpack_stages.main([str(corpus), "--items", "tiny", "--runs", "2", "--calls", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "### tiny" in out and "| call | index | decode | rest | total |" in out
+    assert re.search(r"\| first \| [\d.]+ \(\d+\) \|", out) and "| #2 |" in out
+    assert len(runs) == 2 and all(len(calls) == 2 for calls in runs)
+    for first, second in runs:
+        for call in (first, second):
+            assert call["index"][0] > 0 and call["decode"][0] > 0
+            assert call["index"][0] + call["decode"][0] + call["rest"][0] == pytest.approx(call["total"][0])
+        assert second["index"][0] < first["index"][0]  # the reader kept the index it read
+    with pytest.raises(SystemExit, match="no item"):
+        unpack_stages.main([str(corpus), "--items", "absent", "--runs", "1"])
+
+
 def test_race_names_the_fastest_peer_and_tallies_the_items(tmp_path, capsys, monkeypatch):
     """Brevis against the fastest peer that raced on each item, the faster
     in bold; overall only against peers that ran every item."""
