@@ -39,8 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.codecs import BY_NAME  # noqa: E402
-
-DEFAULT_CORPUS = Path.home() / ".cache" / "brevis-corpus"
+from benchmarks.unpack_profile import DEFAULT_CORPUS  # noqa: E402  (the same runs, under perf)
 STAGES = ("index", "decode", "rest", "total")
 
 # One run (`python -c`, in the repository's tree): the harness worker's
