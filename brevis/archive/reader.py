@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import zstandard
 
+from ..dsl.coders import thread_decompressor
 from ..dsl.entropy import batchable, decode_batch, narrow
 from ..dsl.interpreter import decode, leaves_ahead
 from ..errors import BrevisError, ChecksumError, FormatError, InvalidArgument, IOFailure, TruncatedError
@@ -98,8 +99,7 @@ class ArchiveReader:
         if _last_index is not None and _last_index[0] == self.footer:
             return _last_index[1]  # same stored index at the same place: the same checks passed
         try:
-            raw = zstandard.ZstdDecompressor().decompress(
-                stored, max_output_size=self.footer.index_raw_length)
+            raw = thread_decompressor().decompress(stored, max_output_size=self.footer.index_raw_length)
         except zstandard.ZstdError as e:
             raise FormatError(f"index does not decompress: {e}") from None
         if len(raw) != self.footer.index_raw_length:

@@ -48,6 +48,16 @@ class Raw(Coder):
 _local = threading.local()
 
 
+def thread_decompressor() -> zstandard.ZstdDecompressor:
+    """This thread's zstd decompressor (one is not thread-safe), made once:
+    each makes its context, fresh pages the first time (a reader's index
+    and its streams share the calling thread's)."""
+    decompressor = _local.__dict__.get("decompressor")
+    if decompressor is None:
+        decompressor = _local.decompressor = zstandard.ZstdDecompressor()
+    return decompressor
+
+
 @register
 class Zstd(Coder):
     """zstd with explicit parameters; inverse: zstd decompression.
@@ -123,11 +133,8 @@ class Zstd(Coder):
             raise FormatError(f"zstd stream declares {declared} bytes where {expected} were expected")
         if data[4] & 0x10:  # an unused frame header bit: zstd ignores it, so damage there would pass
             raise FormatError("zstd stream: unused frame header bit is set")
-        decompressor = _local.__dict__.setdefault("decompressor", None)
-        if decompressor is None:
-            decompressor = _local.decompressor = zstandard.ZstdDecompressor()
         try:
-            out = decompressor.decompress(data, max_output_size=expected)
+            out = thread_decompressor().decompress(data, max_output_size=expected)
         except zstandard.ZstdError as e:
             raise FormatError(f"zstd stream: {e}") from None
         _expect_length(out, expected, "zstd stream")
