@@ -3,11 +3,15 @@ archive read from memory as from its file."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
 import brevis
+from brevis.archive import reader as reader_module
 from brevis.archive.reader import MEMORY, ArchiveReader
+from brevis.dsl.coders import thread_decompressor
 from helpers import make_gguf, write_safetensors
 
 
@@ -178,3 +182,21 @@ def test_a_damaged_leaf_decoded_ahead_is_told_as_decode_chunk_tells_it(quantized
         with pytest.raises(type(alone.value), match="stream 1 .* is damaged") as together:
             reader.decode_chunks([(seg, chunk, None, None, s) for (seg, chunk), s in zip(work, stored)])
         assert str(together.value) == str(alone.value)
+
+
+def test_the_index_and_the_zstd_leaves_share_the_threads_decompressor(archive, monkeypatch):
+    """One zstd context a thread, made once (a fresh one is fresh pages):
+    the reader decompresses its index with the one the zstd leaves use,
+    and another thread has its own (a context is not thread-safe)."""
+    mine = thread_decompressor()
+    assert thread_decompressor() is mine
+    asked = []
+    monkeypatch.setattr(reader_module, "thread_decompressor", lambda: asked.append(1) or thread_decompressor())
+    monkeypatch.setattr(reader_module, "_last_index", None)  # read, not found read already
+    with ArchiveReader(archive) as reader:
+        assert reader.index.files and asked == [1]
+    theirs = []
+    worker = threading.Thread(target=lambda: theirs.append(thread_decompressor()))
+    worker.start()
+    worker.join()
+    assert theirs[0] is not mine
