@@ -323,6 +323,10 @@ class WriteInPlace:
     path: str
     shown: str
     keeps_going = False
+    # A repeated chunk's bytes are put in its place by the job that decodes
+    # the chunk it repeats, while they are in memory, rather than read back
+    # from the file once that job is done (copy_repeats).
+    copies_at_source = True
 
     def open(self) -> int:
         try:
@@ -371,25 +375,6 @@ class WriteInPlace:
 
     def close(self, fd: int) -> None:
         os.close(fd)
-
-    def open_to_read(self) -> int:
-        """The staged file, open for read_back (closed by close)."""
-        try:
-            return os.open(self.path, os.O_RDONLY)
-        except OSError as e:
-            raise io_failure(e, f"cannot read {self.shown}") from None
-
-    def read_back(self, fd: int, parts: list[tuple[int, int, int]], length: int) -> bytes:
-        """The bytes put at these pieces (pieces(): offset in the file, in
-        the chunk, length), in order, from the staged file open as `fd`
-        (open_to_read): a repeated chunk's source."""
-        try:
-            data = b"".join(read_up_to(fd, at, n) for at, _, n in parts)
-        except OSError as e:
-            raise io_failure(e, f"cannot read {self.shown}") from None
-        if len(data) != length:
-            raise IOFailure(f"{self.shown} shrank while being written")
-        return data
 
 
 @dataclass(frozen=True)
@@ -484,8 +469,13 @@ class DecodeJob:
     start: int  # the first chunk's offset in its segment
     sink: Sink
     # (segment, chunk) pairs of `chunks` not to decode: repeats of an earlier
-    # chunk, whose bytes are copied from its place once this job is done.
+    # chunk, whose bytes are copied from its place once this job is done,
+    # unless the job that decodes that chunk puts them (`copied`).
     skip: frozenset = frozenset()
+    copied: frozenset = frozenset()
+    # ((segment, the chunk's offset in it), ((sink, file, segment, offset), ...)):
+    # the places of the chunks that repeat one of this job's, put by it.
+    copies: tuple = ()
 
 
 def decode_jobs(index, sink_of: Callable[[int], Sink], job_bytes: int, files=None,
@@ -496,11 +486,20 @@ def decode_jobs(index, sink_of: Callable[[int], Sink], job_bytes: int, files=Non
     > 1 the jobs shrink towards the end (half of each thread's share of
     what is left, down to TAIL_JOB_BYTES), so that the threads finish
     together rather than one decoding the last job alone. `repeats`
-    (find_repeats): chunks each job skips."""
+    (find_repeats): chunks each job skips, put by the job of the chunk
+    they repeat where both sinks take copies at the source (a file's)."""
     left = sum(f.size for i, f in enumerate(index.files) if files is None or i in files)
+    at_source: dict[tuple[int, int, int], list] = {}  # (file, segment, offset) of a chunk -> places of its repeats
+    copied: set[tuple[int, int, int]] = set()
+    for (i, s, c), (fi, fs, fstart, start) in (repeats or {}).items():
+        if getattr(sink_of(i), "copies_at_source", False) and getattr(sink_of(fi), "copies_at_source", False):
+            at_source.setdefault((fi, fs, fstart), []).append((sink_of(i), i, s, start))
+            copied.add((i, s, c))
 
-    def skips(i: int, run: list) -> frozenset:
-        return frozenset(sc for sc in run if (i, *sc) in repeats) if repeats else frozenset()
+    def job(i: int, run: list, first: int, first_start: int, sink, copies: list) -> DecodeJob:
+        skip = frozenset(sc for sc in run if (i, *sc) in repeats) if repeats else frozenset()
+        return DecodeJob(i, tuple(run), first, first_start, sink, skip,
+                         frozenset(sc for sc in skip if (i, *sc) in copied), tuple(copies))
 
     target = _job_target(left, job_bytes, threads)
     for i, entry in enumerate(index.files):
@@ -508,6 +507,7 @@ def decode_jobs(index, sink_of: Callable[[int], Sink], job_bytes: int, files=Non
             continue
         sink = None
         run: list[tuple[int, int]] = []
+        copies: list = []
         offset = first = first_start = 0
         for s, seg in enumerate(entry.segments):
             start = 0
@@ -515,17 +515,19 @@ def decode_jobs(index, sink_of: Callable[[int], Sink], job_bytes: int, files=Non
                 if not run:
                     first, first_start = offset, start
                 run.append((s, c))
+                if at_source and (i, s, start) in at_source:
+                    copies.append(((s, start), tuple(at_source[(i, s, start)])))
                 length = chunk.n * seg.itemsize
                 offset += length
                 start += length
                 if offset - first >= target:
                     sink = sink or sink_of(i)
-                    yield DecodeJob(i, tuple(run), first, first_start, sink, skips(i, run))
+                    yield job(i, run, first, first_start, sink, copies)
                     left -= offset - first
                     target = _job_target(left, job_bytes, threads)
-                    run = []
+                    run, copies = [], []
         if run:
-            yield DecodeJob(i, tuple(run), first, first_start, sink or sink_of(i), skips(i, run))
+            yield job(i, run, first, first_start, sink or sink_of(i), copies)
             left -= offset - first
             target = _job_target(left, job_bytes, threads)
 
@@ -630,11 +632,13 @@ def _write_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list
     sink = job.sink
     buffer = getattr(sink, "buffer", None)
     placed = decoder.placements(job.file)
+    copies = dict(job.copies)
     problems: list[tuple[str | None, str]] = []
     done = 0
     checks_in_call = decoder.reader.checks_in_call  # else the usual way makes the archive's older checks
     for window, stored in _windows(decoder, job):
         puts = []  # (segment name, bytes, pieces) decoded beside their place, put at the window's end
+        elsewhere: list = []  # (sink, segment name, bytes, pieces) of the chunks that repeat these
         if checks_in_call:
             left, decoded = _decode_in_one_call(window, stored, placed, buffer, handle)
             if left is not None:
@@ -642,6 +646,8 @@ def _write_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list
                     done += len(data)
                     if parts is not None:  # decoded beside its place
                         puts.append((window[k][1].name, data, parts))
+                    if copies:
+                        _copies_of(decoder, copies, window[k], data, elsewhere)
                 window, stored = [window[k] for k in left], [stored[k] for k in left]
         work, where = [], []
         for (s, seg, chunk, start), streams in zip(window, stored):
@@ -650,12 +656,37 @@ def _write_job(decoder: ChunkDecoder, job: DecodeJob, handle) -> tuple[int, list
             into = buffer(handle, parts[0][0], length) if buffer is not None and len(parts) == 1 else None
             work.append((seg, chunk, start, into, streams))
             where.append(parts)
-        for (seg, chunk, _, into, _), parts, data in zip(work, where, decoder.decode_many(work)):
+        for here, (seg, chunk, _, into, _), parts, data in zip(window, work, where, decoder.decode_many(work)):
             done += chunk.n * seg.itemsize
             if into is None:  # else decoded in its place
                 puts.append((seg.name, data, parts))
+            if copies:
+                _copies_of(decoder, copies, here, data if into is None else into, elsewhere)
         problems += _put_all(sink, handle, puts)
+        if elsewhere:
+            _put_copies(elsewhere)
     return done, problems
+
+
+def _copies_of(decoder: ChunkDecoder, copies: dict, chunk: tuple, data, elsewhere: list) -> None:
+    """The places of the chunks that repeat `chunk` (a window's (segment,
+    entry, chunk, offset in the segment)), with its bytes, onto `elsewhere`."""
+    s, seg, _, start = chunk
+    for sink, i, ds, dstart in copies.get((s, start), ()):
+        elsewhere.append((sink, seg.name, data, pieces(decoder.placements(i)[ds], dstart, len(data))))
+
+
+def _put_copies(elsewhere: list) -> None:
+    """Each (sink, segment name, bytes, pieces) into its sink, each sink opened once."""
+    by_sink: dict = {}
+    for sink, name, data, parts in elsewhere:
+        by_sink.setdefault(sink, []).append((name, data, parts))
+    for sink, puts in by_sink.items():
+        handle = sink.open()
+        try:
+            _put_all(sink, handle, puts)
+        finally:
+            sink.close(handle)
 
 
 def _decode_in_one_call(window, stored, placed, buffer, handle) -> tuple[list[int] | None, list]:
@@ -792,15 +823,20 @@ def run_jobs(decoder: ChunkDecoder, sink_of: Callable[[int], Sink], how: Executi
     `how`: worker processes (jobs of PROCESS_JOB_BYTES) or threads (jobs of
     THREAD_JOB_BYTES). Close it (contextlib.closing) to stop early.
     `repeats` (writers): a chunk that repeats an earlier one (find_repeats)
-    is not decoded but copied from that one's place once its job is done
-    (the earlier one's job is done by then: results come in order), by the
-    calling thread while the others decode; its bytes count in its job's."""
+    is not decoded but put in its place by the job that decodes that one,
+    where both are files (decode_jobs), else copied from that one's place
+    once its job is done (the earlier one's job is done by then: results
+    come in order), by the calling thread while the others decode; its
+    bytes count in its job's."""
     index = decoder.reader.index
     found = find_repeats(index, files) if repeats else None
     with closing(_run(decoder, sink_of, how, files, found)) as pairs:  # its pool shut down with this
         for job, (done, problems) in pairs:
             if job.skip:
-                done += copy_repeats(decoder, sink_of, [((job.file, *sc), found[(job.file, *sc)]) for sc in job.skip])
+                rest = job.skip - job.copied
+                done += copy_repeats(decoder, sink_of, [((job.file, *sc), found[(job.file, *sc)]) for sc in rest])
+                segments = index.files[job.file].segments
+                done += sum(segments[s].chunks[c].n * segments[s].itemsize for s, c in job.copied)
             yield job, (done, problems)
 
 
@@ -879,15 +915,17 @@ def copy_repeats(decoder: ChunkDecoder, sink_of: Callable[[int], Sink], repeats:
     """Each repeated chunk's bytes ((file, segment, chunk), find_repeats'
     value) read back from its earlier copy's place and put in its own; the
     bytes copied. The earlier chunk matched its digest, which is the
-    repeat's: the bytes are checked."""
+    repeat's: the bytes are checked. Unpack's (a view of its buffer); a
+    file's repeats are put by the job that decodes the chunk they repeat
+    (WriteInPlace.copies_at_source): reading them back from the files was
+    a fifth of silero's decompress to tmpfs (2.3-2.5 of 11-15 ms)."""
     index = decoder.reader.index
     done = 0
     # Each file opened once for all the repeats, to read and to write, not
-    # twice a chunk (benchmarks/ab.py, decompress to tmpfs, 24 fresh
-    # processes each, mean: silero, 32 repeated chunks, 42 % of its bytes,
-    # 8.84 -> 8.41 ms; flan-t5, 16 of 1 MiB, 0.989). The kernel's copy
-    # (copy_file_range) instead of reading back and writing was measured
-    # too: no faster on silero, flan-t5 1.04x slower.
+    # twice a chunk (when files' repeats were read back: benchmarks/ab.py,
+    # decompress to tmpfs, 24 fresh processes each, mean: silero, 32
+    # repeated chunks, 42 % of its bytes, 8.84 -> 8.41 ms; flan-t5, 16 of 1
+    # MiB, 0.989; the kernel's copy_file_range instead was no faster).
     readers: dict[int, object] = {}  # file -> its sink's handle, open to read back
     writers: dict[int, object] = {}  # file -> its sink's handle, open to put
     try:

@@ -235,22 +235,39 @@ def test_repeated_chunks_decode_once_and_are_copied(repeated, tmp_path, monkeypa
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts this process's descriptors in /proc")
-def test_repeats_copied_a_batch_at_a_time_leave_no_file_open(repeated, tmp_path, monkeypatch):
-    """copy_repeats opens each file once for a batch of repeated chunks
-    and closes them all, also where a copy fails part way."""
+def test_repeats_put_by_their_source_leave_no_file_open(repeated, tmp_path, monkeypatch):
+    """decompress puts a repeated chunk where it belongs from the job that
+    decodes the chunk it repeats, without reading anything back from the
+    files; each file it writes is opened once a window and closed, also
+    where a write fails part way."""
     from brevis.codec import chunks
     from brevis.errors import IOFailure
 
     src, archive = repeated
+    source = {p.name: p.read_bytes() for p in src.iterdir()}
+
+    read_back, copy = [], chunks.copy_repeats
+    monkeypatch.setattr(chunks, "copy_repeats", lambda decoder, sink_of, repeats: read_back.extend(repeats)
+                        or copy(decoder, sink_of, repeats))
     before = len(list(Path("/proc/self/fd").iterdir()))
-    brevis.decompress(archive, tmp_path / "out", threads=2)
-    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == {p.name: p.read_bytes() for p in src.iterdir()}
+    for threads in (1, 2):
+        out = tmp_path / f"out{threads}"
+        brevis.decompress(archive, out, threads=threads)
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == source
     assert len(list(Path("/proc/self/fd").iterdir())) == before
+    assert not read_back
+    brevis.unpack(archive.read_bytes())
+    assert read_back  # unpack's copies are views of its buffers
 
-    def fails(self, fd, parts, length):
-        raise IOFailure("cannot read it: no")
+    real, writes = chunks.WriteInPlace.put_run, []
 
-    monkeypatch.setattr(chunks.WriteInPlace, "read_back", fails)
+    def fails_late(self, fd, parts, offset):
+        writes.append(self.path)
+        if len(writes) == 5:
+            raise IOFailure("cannot write it: no")
+        return real(self, fd, parts, offset)
+
+    monkeypatch.setattr(chunks.WriteInPlace, "put_run", fails_late)
     with pytest.raises(IOFailure, match="no"):
         brevis.decompress(archive, tmp_path / "again", threads=1)
     assert not (tmp_path / "again").exists()
