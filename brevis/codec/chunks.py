@@ -34,7 +34,7 @@ from ..archive.index import DIGEST_BYTES, pieces
 from ..archive.reader import ArchiveReader
 from ..dsl.entropy import decode_in_place
 from ..fs.atomic import io_failure
-from ..errors import BaseRequired, BrevisError, ChecksumError, FormatError, InvalidArgument, IOFailure
+from ..errors import BaseRequired, BrevisError, ChecksumError, FormatError, InvalidArgument
 from ..fs.sources import read_up_to
 from ..workers import Workers, open_workers
 from ..workers.processes import broken_pool
