@@ -921,27 +921,20 @@ def copy_repeats(decoder: ChunkDecoder, sink_of: Callable[[int], Sink], repeats:
     a fifth of silero's decompress to tmpfs (2.3-2.5 of 11-15 ms)."""
     index = decoder.reader.index
     done = 0
-    # Each file opened once for all the repeats, to read and to write, not
-    # twice a chunk (when files' repeats were read back: benchmarks/ab.py,
-    # decompress to tmpfs, 24 fresh processes each, mean: silero, 32
-    # repeated chunks, 42 % of its bytes, 8.84 -> 8.41 ms; flan-t5, 16 of 1
-    # MiB, 0.989; the kernel's copy_file_range instead was no faster).
     readers: dict[int, object] = {}  # file -> its sink's handle, open to read back
-    writers: dict[int, object] = {}  # file -> its sink's handle, open to put
+    elsewhere: list = []  # (sink, segment name, bytes, pieces), put as the sources' copies are (_put_copies)
     try:
         for (i, s, c), (fi, fs, fstart, start) in repeats:
             seg = index.files[i].segments[s]
             length = seg.chunks[c].n * seg.itemsize
-            source, sink = sink_of(fi), sink_of(i)
+            source = sink_of(fi)
             if fi not in readers:
                 readers[fi] = source.open_to_read()
-            if i not in writers:
-                writers[i] = sink.open()
             data = source.read_back(readers[fi], pieces(decoder.placements(fi)[fs], fstart, length), length)
-            _put_all(sink, writers[i], [(seg.name, data, pieces(decoder.placements(i)[s], start, length))])
+            elsewhere.append((sink_of(i), seg.name, data, pieces(decoder.placements(i)[s], start, length)))
             done += length
     finally:
-        for opened in (readers, writers):
-            for k, handle in opened.items():
-                sink_of(k).close(handle)
+        for k, handle in readers.items():
+            sink_of(k).close(handle)
+    _put_copies(elsewhere)
     return done
