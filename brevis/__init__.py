@@ -34,19 +34,39 @@ def _interrupted_while_importing(signum, frame):
     _os._exit(130)
 
 
-# Ctrl-C while the `brevis` script imports its command (numpy, zstandard,
-# Brevis: tens of milliseconds, more on a loaded machine), before main() has
-# its handlers: one line and exit 130, not a traceback. Set here, the first
-# Brevis code the script runs, so that the window left is Python's own start
-# (cli.main puts the default handler back). Only for the `brevis` script: a
-# program importing the API keeps its own handling, and signal.signal fails
-# off the main thread.
-_SCRIPT = _os.path.basename(_sys.argv[0]) if _sys.argv else ""  # "brevis": the command's script
-_GUARD_IMPORTS = False
-if _SCRIPT == "brevis" and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+def _is_command() -> bool:
+    """Whether this process runs the `brevis` command: its script, or
+    `python -m brevis` (while that imports this package, sys.argv[0] is
+    "-m" and the module's name is in sys.orig_argv)."""
+    if not _sys.argv:
+        return False
+    if _os.path.basename(_sys.argv[0]) == "brevis":
+        return True
+    if _sys.argv[0] != "-m":
+        return False
+    names = ("brevis", "brevis.__main__")
+    orig = list(getattr(_sys, "orig_argv", ()))
+    for i, arg in enumerate(orig[1:], 1):
+        if arg.startswith("-m"):  # -m NAME, or -mNAME
+            return (arg[2:] or (orig[i + 1] if i + 1 < len(orig) else "")) in names
+        if arg[:1] == "-" and arg[1:].isalpha() and arg.endswith("m"):  # flags ending with m: -Im NAME
+            return i + 1 < len(orig) and orig[i + 1] in names
+    return False
+
+
+# Ctrl-C while the command imports itself (numpy, zstandard, Brevis: tens
+# of milliseconds, more on a loaded machine), before main() has its
+# handlers: one line and exit 130, not a traceback, and never dropped (a
+# KeyboardInterrupt raised in a finalizer, which the imports run, is
+# printed and dropped: in stop 71's CI `python -m brevis`, which this did not
+# guard then, ran on and exited 0). Set here, the first Brevis code
+# the command runs, so that the window left is Python's own start (cli.main
+# puts its own handler in). Only for the command: a program importing the
+# API keeps its own handling, and signal.signal fails off the main thread.
+_COMMAND = _is_command()
+if _COMMAND and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
     try:
         _signal.signal(_signal.SIGINT, _interrupted_while_importing)
-        _GUARD_IMPORTS = True
     except ValueError:  # not the main thread
         pass
 

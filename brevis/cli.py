@@ -18,7 +18,7 @@ from contextlib import ExitStack as contextlib_exit, contextmanager
 from pathlib import Path
 
 
-from . import _GUARD_IMPORTS, _SCRIPT  # Ctrl-C during the imports: see brevis/__init__.py
+from . import _COMMAND  # the `brevis` command (its script or python -m brevis): see brevis/__init__.py
 
 # numpy's OpenBLAS starts a thread per core that spins for about 0.1 s of CPU
 # after the import (0.18 s of CPU for `import numpy` and a second's sleep,
@@ -26,13 +26,12 @@ from . import _GUARD_IMPORTS, _SCRIPT  # Ctrl-C during the imports: see brevis/_
 # a core from its own threads and worker processes (which inherit this).
 # Only for the command, before numpy is imported: a library caller's process
 # keeps its own setting.
-_COMMAND = _SCRIPT == "brevis" or bool(sys.argv) and sys.argv[0].endswith(os.path.join("brevis", "__main__.py"))
 if _COMMAND and "numpy" not in sys.modules:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import click  # noqa: E402
 
-from . import __version__  # noqa: E402
+from . import __version__, interrupts  # noqa: E402
 from .defaults import DEFAULT_EFFORT, DEFAULT_KEYFRAME_EVERY, default_threads
 from .errors import BrevisError, InvalidArgument, OutputExists
 from .fs.sources import collect  # noqa: E402
@@ -815,11 +814,6 @@ def extract(archive, names, output, force, base, threads, quiet, as_json):
           f"in {s['seconds']:.1f} s")
 
 
-def _terminate(signum, frame):
-    # Unwind like Ctrl-C so temporary files are removed on the way out.
-    raise KeyboardInterrupt
-
-
 def _split_flags(argv: list[str]) -> tuple[list[str], bool, bool]:
     """--debug anywhere before '--' (before or after the command) moves to
     the front, where the group takes it; and whether --json was asked."""
@@ -849,24 +843,28 @@ def _usage_message(e: click.ClickException) -> str:
 def main(argv: list[str] | None = None) -> None:
     debug = as_json = False
     try:
-        if _GUARD_IMPORTS:
-            # The guard held until here: the rest of this module (click building
-            # its commands) runs after the imports and was as exposed.
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if _COMMAND:
+            # Replaces the imports' guard (brevis/__init__.py), which held until
+            # here: the rest of this module (click building its commands) runs
+            # after the imports and was as exposed.
+            interrupts.install()
+        else:  # main() called by a program: its Ctrl-C handling stays its own
+            signal.signal(signal.SIGTERM, interrupts.on_signal)
         argv, debug, as_json = _split_flags(list(argv if argv is not None else sys.argv[1:]))
-        signal.signal(signal.SIGTERM, _terminate)
         cli.main(args=argv, prog_name="brevis", standalone_mode=False)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
     except click.ClickException as e:  # usage errors, in one line as every error
         _fail(as_json, "invalid argument", _usage_message(e), EXIT_USAGE)
     except click.exceptions.Abort:
+        interrupts.forget_unhandled()
         _fail(as_json, "interrupted", "interrupted", EXIT_INTERRUPTED)
     except BrevisError as e:
         if debug:
             traceback.print_exc()
         _fail(as_json, e.kind, f"{e}{OPTION_HINTS.get(e.option, '')}", e.exit_code)
     except KeyboardInterrupt:
+        interrupts.forget_unhandled()
         _fail(as_json, "interrupted", "interrupted", EXIT_INTERRUPTED)
     except BrokenPipeError:
         os._exit(1)

@@ -1,33 +1,110 @@
 """Ctrl-C and SIGTERM held back over the few steps they must not split.
 
-The CLI turns both into KeyboardInterrupt, raised in the main thread at
-whatever line it is running. Where a step and its cleanup must not be
-separated (a temporary made and handed to its owner, a thread started and
-recorded for its join), the signals are blocked around the step and
-raised, if one came, once it is whole.
+The CLI turns both into KeyboardInterrupt (`install`), raised in the main
+thread at whatever line it is running. Where a step and its cleanup must
+not be separated (a temporary made and handed to its owner, a thread
+started and recorded for its join), the signals are held back around the
+step and raised, if one came, once it is whole.
+
+Held back twice over: the main thread's mask blocks both signals, and the
+CLI's handler only records one that comes while a hold is on. The mask
+alone is not enough: the kernel gives a signal the main thread blocks to
+any other thread (a worker, a zstd or BLAS thread), whose C handler flags
+it for the main thread, which runs the Python handler at its next line,
+held or not.
+
+A KeyboardInterrupt raised while Python runs a finalizer (a __del__, a
+weak reference's callback: importlib drops its module locks so) is
+printed and dropped, and the run goes on as if no signal had come (stop
+71's CI: a run Ctrl-C'd 50 ms after its start exited 0; here such a run
+wrote its archive). The CLI's hook for such exceptions raises it again a
+millisecond later, from an alarm, outside the finalizer.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 
 INTERRUPTS = frozenset({signal.SIGINT, signal.SIGTERM})
+# What a hold blocks: both, and the alarm that raises again one a finalizer dropped.
+_AGAIN = getattr(signal, "SIGALRM", None)
+HELD = INTERRUPTS | ({_AGAIN} if _AGAIN is not None else set())
+
+_holds = 0  # holds now on in the main thread (they nest)
+_pending: list[int] = []  # signals that came meanwhile, for the last release
+
+
+def on_signal(signum: int, frame) -> None:
+    """The CLI's handler of SIGINT and SIGTERM (and of the alarm that
+    repeats a dropped one): KeyboardInterrupt, or while a hold is on, a
+    record for its release."""
+    if _holds:
+        _pending.append(signum)
+        return
+    _pending.clear()
+    raise KeyboardInterrupt
+
+
+def _raise_dropped(unraisable) -> None:
+    """sys.unraisablehook of the CLI: a KeyboardInterrupt a finalizer
+    dropped comes again from an alarm, in the code the run goes on with;
+    anything else is printed as Python prints it."""
+    if issubclass(unraisable.exc_type, KeyboardInterrupt) and _AGAIN is not None:
+        signal.setitimer(signal.ITIMER_REAL, 0.001)  # not raise_signal: that would raise it here, dropped again
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+def forget_unhandled() -> None:
+    """Before exiting 130 for a caught KeyboardInterrupt: CPython records one
+    that ended code run from a string (exec, eval: namedtuple and dataclass
+    definitions, which the imports run) as unhandled, caught later or not,
+    and `python -m brevis` then dies by SIGINT in place of its exit code
+    (main.c, Py_RunMain). Running a string clears the record."""
+    exec("")
+
+
+def install() -> None:
+    """Make SIGINT and SIGTERM raise KeyboardInterrupt in the main thread,
+    held back by `hold`, never dropped by a finalizer. For the command only:
+    a program using the API keeps its own handling. A signal the parent
+    ignores stays ignored (a shell's background job ignores Ctrl-C)."""
+    for sig in HELD:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, on_signal)
+    sys.unraisablehook = _raise_dropped
 
 
 def hold() -> set[signal.Signals] | None:
-    """Block SIGINT and SIGTERM in the main thread (the only one Python's
+    """Hold SIGINT and SIGTERM back in the main thread (the only one Python's
     handlers run in); the previous mask for `release`, or None elsewhere."""
+    global _holds
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
         return None
-    return signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)
+    _holds += 1  # first: from here on_signal records, wherever the signal lands
+    try:
+        return signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
+    except BaseException:  # raised by a handler other than on_signal
+        _holds -= 1
+        raise
 
 
 def release(held: set[signal.Signals] | None) -> None:
-    """Undo `hold`: a signal that came meanwhile is raised here."""
-    if held is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    """Undo `hold`: a signal that came meanwhile is raised here (by the
+    last release, where holds nest)."""
+    global _holds
+    if held is None:
+        return
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a signal the mask kept back is handled here
+    finally:
+        _holds -= 1
+    if not _holds and _pending:
+        _pending.clear()
+        raise KeyboardInterrupt
 
 
 @contextmanager

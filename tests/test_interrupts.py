@@ -1,11 +1,19 @@
 """Ctrl-C and SIGTERM held back where they must not split a step (interrupts.py)."""
 
+import os
 import signal
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
+import brevis
 from brevis import interrupts
+
+REPO = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="no signal masks")
 
@@ -58,3 +66,117 @@ def test_only_the_main_thread_holds():
     thread.join()
     assert got == [None]
     interrupts.release(None)
+
+
+@pytest.fixture
+def restored():
+    """The handlers and hook interrupts.install() sets, put back after the
+    test. (install() itself runs in the test: pytest sets its own
+    unraisablehook around each test's call.)"""
+    handlers = {s: signal.getsignal(s) for s in interrupts.HELD}
+    hook = sys.unraisablehook
+    yield
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    for s, h in handlers.items():
+        signal.signal(s, h)
+    sys.unraisablehook = hook
+
+
+def busy(seconds: float) -> None:
+    """Lines for a Python handler to run at."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sum(range(100))
+
+
+def test_a_hold_holds_where_the_signal_lands_on_another_thread(restored):
+    # The main thread blocks the signal, so the kernel gives it to another
+    # thread, whose C handler flags it; Python runs the handler in the main
+    # thread at its next line, held or not. The mask alone let it through.
+    interrupts.install()
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    held = interrupts.hold()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        busy(0.05)
+        finished = True
+    finally:
+        with pytest.raises(KeyboardInterrupt):
+            interrupts.release(held)
+        stop.set()
+        other.join()
+    assert finished
+
+
+def test_holds_nest(restored):
+    interrupts.install()
+    outer = interrupts.hold()
+    try:
+        inner = interrupts.hold()
+        signal.raise_signal(signal.SIGTERM)
+        interrupts.release(inner)  # still held by the outer one
+    finally:
+        with pytest.raises(KeyboardInterrupt):
+            interrupts.release(outer)
+    assert interrupts._holds == 0 and interrupts._pending == []
+
+
+def test_an_interrupt_a_finalizer_drops_comes_again(restored):
+    # Python prints and drops an exception raised in a __del__ (or a weak
+    # reference's callback), KeyboardInterrupt included: a run went on and
+    # finished. The CLI's hook raises it again, from an alarm.
+    class Dropping:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)  # the handler runs here, inside the finalizer
+
+    interrupts.install()
+    with pytest.raises(KeyboardInterrupt):
+        Dropping()
+        busy(5)
+
+
+def test_install_leaves_an_ignored_signal_ignored(restored):
+    # A shell's background job ignores Ctrl-C: the command must not take it back.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    interrupts.install()
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    assert signal.getsignal(signal.SIGTERM) is interrupts.on_signal
+
+
+CAUGHT = """import sys
+from brevis.interrupts import forget_unhandled
+try:
+    exec("raise KeyboardInterrupt")  # ends code run from a string, as a namedtuple's definition
+except KeyboardInterrupt:
+    if sys.argv[1:] == ["forget"]:
+        forget_unhandled()
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("forget", [False, True])
+def test_a_caught_interrupt_leaves_python_m_its_exit_code(tmp_path, forget):
+    (tmp_path / "caught.py").write_text(CAUGHT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    r = subprocess.run([sys.executable, "-m", "caught", *(["forget"] if forget else [])], env=env, timeout=60)
+    # Without forget_unhandled CPython kills itself with SIGINT at exit.
+    assert r.returncode == (130 if forget else -signal.SIGINT)
+
+
+@pytest.mark.parametrize("argv0,orig,command", [
+    ("/usr/bin/brevis", ["python", "/usr/bin/brevis", "compress"], True),
+    ("-m", ["python", "-m", "brevis", "compress"], True),
+    ("-m", ["python", "-W", "ignore", "-X", "dev", "-m", "brevis"], True),
+    ("-m", ["python", "-Im", "brevis"], True),
+    ("-m", ["python", "-mbrevis"], True),
+    ("-m", ["python", "-m", "brevis.__main__"], True),
+    ("-m", ["python", "-m", "mytool", "-m", "brevis"], False),  # another package that imports brevis
+    ("-m", ["python", "-m", "brevis_plugin"], False),
+    ("/x/pytest", ["python", "/x/pytest"], False),
+])
+def test_the_command_is_told_from_a_program_using_the_api(monkeypatch, argv0, orig, command):
+    monkeypatch.setattr(sys, "argv", [argv0])
+    monkeypatch.setattr(sys, "orig_argv", orig)
+    assert brevis._is_command() is command

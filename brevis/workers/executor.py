@@ -24,7 +24,7 @@ def worker_init(parent: int, ignore_interrupts: bool = True) -> None:
     if ignore_interrupts:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the CLI's handler
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, interrupts.INTERRUPTS)  # and the mask of the fork (WorkerProcesses)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, interrupts.HELD)  # and the mask of the fork (WorkerProcesses)
     if sys.platform.startswith("linux"):
         try:
             import ctypes
