@@ -872,3 +872,6 @@ def main(argv: list[str] | None = None) -> None:
         if debug:
             traceback.print_exc()
         _fail(as_json, "internal error", f"{type(e).__name__}: {e} (rerun with --debug)", EXIT_INTERNAL)
+    finally:
+        if _COMMAND:
+            interrupts.uninstall()

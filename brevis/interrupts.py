@@ -78,6 +78,15 @@ def install() -> None:
     sys.unraisablehook = _raise_dropped
 
 
+def uninstall() -> None:
+    """The command's end: a dropped interrupt is no longer raised again.
+    An alarm armed in the interpreter's shutdown could come once Python has
+    put SIGALRM's default action back, and end the process by it."""
+    if _AGAIN is not None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    sys.unraisablehook = sys.__unraisablehook__
+
+
 def hold() -> set[signal.Signals] | None:
     """Hold SIGINT and SIGTERM back in the main thread (the only one Python's
     handlers run in); the previous mask for `release`, or None elsewhere."""

@@ -137,6 +137,16 @@ def test_an_interrupt_a_finalizer_drops_comes_again(restored):
         busy(5)
 
 
+def test_uninstall_disarms_the_alarm(restored):
+    # At the command's end: an alarm left for the interpreter's shutdown
+    # could come after Python has put SIGALRM's default action (exit) back.
+    interrupts.install()
+    signal.setitimer(signal.ITIMER_REAL, 10)
+    interrupts.uninstall()
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert sys.unraisablehook is sys.__unraisablehook__
+
+
 def test_install_leaves_an_ignored_signal_ignored(restored):
     # A shell's background job ignores Ctrl-C: the command must not take it back.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
