@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import zstandard
 
-from brevis.archive.format import FOOTER_SIZE, HEADER, HEADER_SIZE, Footer, index_digest
+from brevis.archive.format import FOOTER_SIZE, HEADER, HEADER_SIZE, VERSION, Footer, index_digest
 from brevis.archive.reader import ArchiveReader
 from brevis.dsl import decode, encode
 from brevis.dsl.interpreter import leaf_counts
@@ -138,10 +138,12 @@ def split(data: bytes) -> tuple[bytes, dict]:
 
 
 def join(head: bytes, index) -> bytes:
-    """An archive with this index (an object or raw JSON bytes), digested and located."""
+    """An archive with this index (an object or raw JSON bytes), digested and
+    located; the digest of the header's version (of the newest where `head`
+    is shorter than a header: a fuzzer's, which no reader accepts)."""
     raw = index if isinstance(index, bytes) else json.dumps(index).encode("ascii")
     stored = zstandard.ZstdCompressor(level=1).compress(raw)
-    version = HEADER.unpack(head[:HEADER_SIZE])[1]
+    version = HEADER.unpack(head[:HEADER_SIZE])[1] if len(head) >= HEADER_SIZE else VERSION
     return head + stored + Footer(len(head), len(stored), len(raw), index_digest(stored, version)).pack()
 
 

@@ -17,6 +17,7 @@ scripts/fuzz_reader.py is the same oracle under atheris (coverage-guided).
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from pathlib import Path
@@ -233,3 +234,13 @@ def test_atheris_inputs_replay(seeds, work):
         for data in (bytes([0, k]) + archive, bytes([1, k]) + json.dumps(index).encode(), bytes([2, k]) + head):
             mutated, exact = archive_of(data, seeds.archives, parts)
             assert check_archive(mutated, seeds.trees, work, exact=exact) == "ok"
+
+
+def test_atheris_input_shorter_than_a_header(seeds, work):
+    """Mode 2 with a payload shorter than a header: the first input the
+    fuzzer found (2026-12-07) crashed the harness's join, not the reader.
+    It stands for an archive every reader refuses."""
+    parts = [split(a) for a in seeds.archives]
+    found = base64.b64decode("AgCJAkIAiUJSVg1S")  # mode 2, seed 0, a payload of 10 bytes
+    archive, exact = archive_of(found, seeds.archives, parts)
+    assert check_archive(archive, seeds.trees, work, exact=exact) == "error"
