@@ -23,6 +23,7 @@ millisecond later, from an alarm, outside the finalizer.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -35,6 +36,18 @@ HELD = INTERRUPTS | ({_AGAIN} if _AGAIN is not None else set())
 
 _holds = 0  # holds now on in the main thread (they nest)
 _pending: list[int] = []  # signals that came meanwhile, for the last release
+
+
+def _fresh_in_child() -> None:
+    # A process forked inside a hold (the pool's forked workers are) holds
+    # nothing: its main thread is the one that forked, and never releases.
+    global _holds
+    _holds = 0
+    _pending.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_in_child)
 
 
 def on_signal(signum: int, frame) -> None:
