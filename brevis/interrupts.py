@@ -1,12 +1,16 @@
-"""Ctrl-C and SIGTERM held back over the few steps they must not split.
+"""Ctrl-C, SIGTERM and SIGHUP held back over the few steps they must not split.
 
-The CLI turns both into KeyboardInterrupt (`install`), raised in the main
+The CLI turns each into KeyboardInterrupt (`install`), raised in the main
 thread at whatever line it is running. Where a step and its cleanup must
 not be separated (a temporary made and handed to its owner, a thread
 started and recorded for its join), the signals are held back around the
 step and raised, if one came, once it is whole.
 
-Held back twice over: the main thread's mask blocks both signals, and the
+SIGHUP (the terminal closed, its session ended) as SIGTERM: temporaries
+removed on the way out, where its default action left them for the next
+run's cleanup.
+
+Held back twice over: the main thread's mask blocks the signals, and the
 CLI's handler only records one that comes while a hold is on. The mask
 alone is not enough: the kernel gives a signal the main thread blocks to
 any other thread (a worker, a zstd or BLAS thread), whose C handler flags
@@ -29,8 +33,8 @@ import sys
 import threading
 from contextlib import contextmanager
 
-INTERRUPTS = frozenset({signal.SIGINT, signal.SIGTERM})
-# What a hold blocks: both, and the alarm that raises again one a finalizer dropped.
+INTERRUPTS = frozenset({signal.SIGINT, signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])})
+# What a hold blocks: those, and the alarm that raises again one a finalizer dropped.
 _AGAIN = getattr(signal, "SIGALRM", None)
 HELD = INTERRUPTS | ({_AGAIN} if _AGAIN is not None else set())
 
@@ -51,7 +55,7 @@ if hasattr(os, "register_at_fork"):
 
 
 def on_signal(signum: int, frame) -> None:
-    """The CLI's handler of SIGINT and SIGTERM (and of the alarm that
+    """The CLI's handler of SIGINT, SIGTERM and SIGHUP (and of the alarm that
     repeats a dropped one): KeyboardInterrupt, or while a hold is on, a
     record for its release."""
     if _holds:
@@ -81,10 +85,11 @@ def forget_unhandled() -> None:
 
 
 def install() -> None:
-    """Make SIGINT and SIGTERM raise KeyboardInterrupt in the main thread,
+    """Make SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread,
     held back by `hold`, never dropped by a finalizer. For the command only:
     a program using the API keeps its own handling. A signal the parent
-    ignores stays ignored (a shell's background job ignores Ctrl-C)."""
+    ignores stays ignored (a shell's background job ignores Ctrl-C,
+    nohup SIGHUP)."""
     for sig in HELD:
         if signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, on_signal)
@@ -101,7 +106,7 @@ def uninstall() -> None:
 
 
 def hold() -> set[signal.Signals] | None:
-    """Hold SIGINT and SIGTERM back in the main thread (the only one Python's
+    """Hold the INTERRUPTS back in the main thread (the only one Python's
     handlers run in); the previous mask for `release`, or None elsewhere."""
     global _holds
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):

@@ -99,11 +99,13 @@ def alive(pids: set[int]) -> set[int]:
     return left
 
 
-def start_with_workers(cmd: list, env: dict, settle: float = 0.0):
+def start_with_workers(cmd: list, env: dict, settle: float = 0.0, group: bool = False):
     """Start cmd; return it once it runs at least two worker processes
-    (then after `settle` seconds), with the set of its descendants."""
+    (then after `settle` seconds), with the set of its descendants.
+    `group`: in a process group of its own, which it leads (a terminal's
+    foreground job, for signal_and_wait's group)."""
     p = subprocess.Popen([sys.executable, *map(str, cmd)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, env=env)
+                         text=True, env=env, process_group=0 if group else None)
     limit = time.monotonic() + 60
     workers: set[int] = set()
     while len(workers) < 2 and p.poll() is None:
@@ -114,11 +116,15 @@ def start_with_workers(cmd: list, env: dict, settle: float = 0.0):
     return p, workers | descendants(p.pid)
 
 
-def signal_and_wait(p, workers: set[int], sig: str) -> tuple[str, float]:
-    """Send SIG<sig>; return stderr and the seconds to exit, once the
-    workers are gone too (asserted, within 3 s of the exit)."""
+def signal_and_wait(p, workers: set[int], sig: str, group: bool = False) -> tuple[str, float]:
+    """Send SIG<sig> (with `group`, to p's whole process group: the workers
+    too, as a terminal sends it); return stderr and the seconds to exit,
+    once the workers are gone too (asserted, within 3 s of the exit)."""
     sent = time.monotonic()
-    p.send_signal(getattr(signal, f"SIG{sig}"))
+    if group:
+        os.killpg(p.pid, getattr(signal, f"SIG{sig}"))
+    else:
+        p.send_signal(getattr(signal, f"SIG{sig}"))
     _, err = p.communicate(timeout=30)
     elapsed = time.monotonic() - sent
     limit = time.monotonic() + 3

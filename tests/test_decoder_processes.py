@@ -26,7 +26,8 @@ from helpers import REPO, f16_layers, largest_stream, signal_and_wait, start_wit
 
 PTH = REPO / "examples" / "taesd" / "taef2_decoder.pth"
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
-RUN = "import sys; from brevis.__main__ import main; sys.argv[0] = 'brevis'; sys.exit(main())"
+# sys.argv[0] first: the command's process, its signal handling (brevis._is_command)
+RUN = "import sys; sys.argv[0] = 'brevis'; from brevis.__main__ import main; sys.exit(main())"
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -173,11 +174,12 @@ def big_archive(tmp_path_factory) -> Path:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-@pytest.mark.parametrize("sig", ["INT", "TERM"])
-def test_signal_while_decoding_in_worker_processes(big_archive, tmp_path, sig):
+@pytest.mark.parametrize("sig,group", [("INT", False), ("TERM", False), ("HUP", True)])  # HUP: a closed terminal's
+def test_signal_while_decoding_in_worker_processes(big_archive, tmp_path, sig, group):
     out = tmp_path / "out"
-    p, workers = start_with_workers(["-c", RUN, "decompress", big_archive, "-o", out, "-j", "3", "-q"], ENV)
-    err, elapsed = signal_and_wait(p, workers, sig)
+    p, workers = start_with_workers(["-c", RUN, "decompress", big_archive, "-o", out, "-j", "3", "-q"], ENV,
+                                    group=group)
+    err, elapsed = signal_and_wait(p, workers, sig, group=group)
     if p.returncode == 0:
         pytest.skip("the run ended before the signal")
     assert p.returncode == 130, (p.returncode, err)

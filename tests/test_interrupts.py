@@ -153,6 +153,7 @@ def test_install_leaves_an_ignored_signal_ignored(restored):
     interrupts.install()
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     assert signal.getsignal(signal.SIGTERM) is interrupts.on_signal
+    assert signal.getsignal(signal.SIGHUP) is interrupts.on_signal  # a closed terminal: cleaned up as SIGTERM
 
 
 CAUGHT = """import sys

@@ -142,10 +142,10 @@ def test_task_reads_its_own_bytes(tmp_path):
 # ------------------------------------------------------------ signals, with worker processes
 RUN = """
 import sys
+sys.argv = ["brevis", *sys.argv[1:]]  # first: the command's process, its signal handling (brevis._is_command)
 from brevis import cli
 from brevis.codec import encoder
 encoder.PROCESS_MIN_BYTES = 0  # worker processes whatever the size
-sys.argv = ["brevis", *sys.argv[1:]]
 cli.main()
 """
 
@@ -159,11 +159,14 @@ def big_source(tmp_path_factory) -> Path:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-@pytest.mark.parametrize("sig", ["INT", "TERM", "KILL"])
-def test_signal_with_worker_processes(big_source, tmp_path, sig):
+# group: to the whole process group, as a terminal sends Ctrl-C (INT) and
+# its hangup (HUP) to its foreground job: the workers ignore both.
+@pytest.mark.parametrize("sig,group", [("INT", False), ("TERM", False), ("KILL", False), ("INT", True), ("HUP", True)])
+def test_signal_with_worker_processes(big_source, tmp_path, sig, group):
     out = tmp_path / "ckpt.brv"
-    p, workers = start_with_workers(["-c", RUN, "compress", big_source, "-o", out, "-j", "2", "-q"], ENV, 0.2)
-    err, elapsed = signal_and_wait(p, workers, sig)
+    p, workers = start_with_workers(["-c", RUN, "compress", big_source, "-o", out, "-j", "2", "-q"], ENV, 0.2,
+                                    group=group)
+    err, elapsed = signal_and_wait(p, workers, sig, group=group)
     if p.returncode == 0 or (sig != "KILL" and out.exists()):
         # Renamed into place before the signal took effect (even if it then met interpreter shutdown).
         assert p.returncode in (0, 130, -getattr(signal, f"SIG{sig}")) and brevis.verify(out, [big_source])["ok"]

@@ -57,7 +57,7 @@ def lock_temp(fd: int, path: Path) -> bool:
 def make_temp(parent: Path, name: str, folder: bool = False) -> tuple[Path, int]:
     """A locked temporary file (or folder) for NAME in parent: (path, fd holding the lock).
 
-    Ctrl-C and SIGTERM are held back while it is made (in the main thread),
+    Ctrl-C, SIGTERM and SIGHUP are held back while it is made (in the main thread),
     so an interruption cannot fall between its creation and the caller's
     cleanup: it is raised here, after the temporary is removed again, or
     once the caller holds it.

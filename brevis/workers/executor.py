@@ -21,8 +21,9 @@ def worker_init(parent: int, ignore_interrupts: bool = True) -> None:
     """Initializer of worker processes (children of `parent`): Ctrl-C is
     the main process's to handle (unless ignore_interrupts is False), and a
     worker never outlives it."""
-    if ignore_interrupts:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if ignore_interrupts:  # (a closed terminal's SIGHUP comes to the whole group too)
+        for sig in interrupts.INTERRUPTS - {signal.SIGTERM}:
+            signal.signal(sig, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the CLI's handler
     signal.pthread_sigmask(signal.SIG_UNBLOCK, interrupts.HELD)  # and the mask of the fork (WorkerProcesses)
     if sys.platform.startswith("linux"):

@@ -4,8 +4,8 @@ compress` and `brevis decompress`, run as subprocesses on a real checkpoint
 
 What must hold:
 - the sources are unchanged (SHA-256 before and after);
-- SIGINT and SIGTERM: exit 130 within 5 s, one line on stderr, nothing at
-  the output path and no temporary left;
+- SIGINT, SIGTERM and SIGHUP: exit 130 within 5 s, one line on stderr,
+  nothing at the output path and no temporary left;
 - SIGKILL: the output path never appears; a hidden `.NAME.XXXXXXXX.partial`
   file (or staging folder) may remain, and the next run for the same output
   removes it (it is older than that run and no live process holds its lock);
@@ -32,7 +32,7 @@ from brevis.fs.atomic import remove_stale
 from robust_util import ENV, PTH
 from helpers import f16_layers, tree
 
-FAST = [("INT", 0.05), ("INT", 0.4), ("TERM", 0.25), ("KILL", 0.25)]
+FAST = [("INT", 0.05), ("INT", 0.4), ("TERM", 0.25), ("HUP", 0.25), ("KILL", 0.25)]
 SLOW = [(s, d) for s in ("INT", "TERM", "KILL") for d in (0.0, 0.1, 0.2, 0.35, 0.5)]
 
 
@@ -224,7 +224,7 @@ def check_decompress_interrupted(source: Path, archive: Path, tmp_path: Path, si
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.parametrize("sig,delay", [("INT", 0.0), ("TERM", 0.02), ("KILL", 0.0)])
+@pytest.mark.parametrize("sig,delay", [("INT", 0.0), ("TERM", 0.02), ("HUP", 0.02), ("KILL", 0.0)])
 def test_decompress_interrupted(source, archive, tmp_path, sig, delay):
     check_decompress_interrupted(source, archive, tmp_path, sig, delay)
 
