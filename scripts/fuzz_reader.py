@@ -21,6 +21,7 @@ tests/robustness/regressions/ (test_robust_fuzz.py replays that folder).
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -84,8 +85,8 @@ def custom_mutator(data: bytes, max_size: int, seed: int) -> bytes:
                 container, key = rng.choice(nodes)
                 action = rng.randrange(4)
                 try:
-                    if action == 0:
-                        container[key] = rng.choice(HOSTILE)
+                    if action == 0:  # a copy: a shared value mutated later could come to hold itself
+                        container[key] = copy.deepcopy(rng.choice(HOSTILE))
                     elif action == 1:
                         del container[key]
                     elif action == 2 and isinstance(container, list):
