@@ -1,4 +1,6 @@
-"""Ctrl-C and SIGTERM held back where they must not split a step (interrupts.py)."""
+"""Ctrl-C, SIGTERM and SIGHUP held back where they must not split a step,
+never dropped, and the command told from a program using the API
+(interrupts.py, brevis._is_command)."""
 
 import os
 import signal
