@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -35,7 +36,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "robus
 with atheris.instrument_imports(include=["brevis"]):
     import robust_util as u
 
-WORK = Path(tempfile.mkdtemp(prefix="brevis-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+
+def remove_dead_runs(parent: Path) -> None:
+    """The work folders of earlier runs whose process is gone: libFuzzer ends
+    the process with C's exit(), so a run never removes its own."""
+    for folder in parent.glob("brevis-fuzz-*-*"):
+        pid = folder.name.split("-")[2]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except PermissionError:  # alive, another user's
+            pass
+
+
+TMP = Path("/dev/shm") if os.path.isdir("/dev/shm") else Path(tempfile.gettempdir())
+remove_dead_runs(TMP)
+WORK = Path(tempfile.mkdtemp(prefix=f"brevis-fuzz-{os.getpid()}-", dir=TMP))
 SEEDS = u.Seeds(WORK / "seeds")
 PARTS = [u.split(a) for a in SEEDS.archives]
 RUN = WORK / "run"
