@@ -856,16 +856,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(e.exit_code)
     except click.ClickException as e:  # usage errors, in one line as every error
         _fail(as_json, "invalid argument", _usage_message(e), EXIT_USAGE)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, KeyboardInterrupt):  # click turns a KeyboardInterrupt in a command into Abort
         interrupts.forget_unhandled()
         _fail(as_json, "interrupted", "interrupted", EXIT_INTERRUPTED)
     except BrevisError as e:
         if debug:
             traceback.print_exc()
         _fail(as_json, e.kind, f"{e}{OPTION_HINTS.get(e.option, '')}", e.exit_code)
-    except KeyboardInterrupt:
-        interrupts.forget_unhandled()
-        _fail(as_json, "interrupted", "interrupted", EXIT_INTERRUPTED)
     except BrokenPipeError:
         os._exit(1)
     except Exception as e:  # a bug: say so in one line, details with --debug
