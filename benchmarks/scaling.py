@@ -32,7 +32,14 @@ the work N of them share. The serial share s is main / (main + workers),
 and Amdahl's law projects the wall time on N cores as main + workers / N
 (the main process's work counted as wholly serial, though part of it
 overlaps the workers' on two cores: a bound from below on the speed-up),
-against -j1's wall time for the speed-up.
+against -j1's wall time for the speed-up. The main process's threads
+are counted apart too (the command's summary: its main thread's CPU
+seconds and, compressing, the stream writer's; the rest of the process's
+are the worker pool's threads'): where each runs beside the others and
+the workers on cores of its own, the wall time on N cores is the longest
+of them and workers / N, a bound from above on the speed-up (`overlapping`
+columns). The two bounds frame what N cores would do; only a machine with
+them tells (--jobs).
 
 Every brevis run is `python -m brevis compress ITEM -j N --json` in a fresh
 process (throughput from its summary: scan, learning, planning, encoding
@@ -72,9 +79,9 @@ if mode == "threads":  # the thread pool, as before worker processes
     encoder.compress = lambda *a, **k: compress(*a, **{**k, "processes": False})
     import brevis.api
     brevis.api.compress = encoder.compress
-elif mode == "processes":  # worker processes whatever the size and the threads, compressing and decoding
-    encoder.PROCESS_MIN_BYTES = chunks.PROCESS_MIN_BYTES = 0
-    chunks.PROCESS_MIN_THREADS = 2
+elif mode == "processes":  # worker processes whatever the size and the threads, compressing and decoding,
+    encoder.PROCESS_MIN_BYTES = chunks.PROCESS_MIN_BYTES = 0  # and streams written behind (from 3 threads)
+    chunks.PROCESS_MIN_THREADS = encoder.WRITE_BEHIND_THREADS = 2
 import brevis.api, brevis.codec.decoder, brevis.codec.plan  # imported before the CPU clock starts
 cpu = lambda r: r.ru_utime + r.ru_stime
 start = cpu(resource.getrusage(resource.RUSAGE_SELF))
@@ -133,9 +140,11 @@ def serial_share(items: list[str], repeat: int) -> None:
     projected speed-ups and throughputs on CORES (module docstring). The
     archive is written and decoded under the system's temporary folder;
     best of `repeat` runs (by wall time) for each."""
-    print("| item | MB | command | -j1 s | -j2 s (processes) | -j2/-j1 | main CPU s | workers CPU s | serial share | "
-          + " | ".join(f"projected {n} cores: speed-up, MB/s" for n in CORES) + " |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|" + "---:|" * len(CORES))
+    print("| item | MB | command | -j1 s | -j2 s (processes) | -j2/-j1 | main CPU s | main thread / writer / pool "
+          "threads CPU s | workers CPU s | serial share | "
+          + " | ".join(f"projected {n} cores: speed-up, MB/s" for n in CORES) + " | "
+          + " | ".join(f"{n} cores, overlapping: speed-up, MB/s" for n in CORES) + " |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * 2 * len(CORES))
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for item in items:
@@ -155,13 +164,18 @@ def serial_share(items: list[str], repeat: int) -> None:
                 main, workers = two["cpu_s"], two["child_cpu_s"]
                 share = main / (main + workers)
                 mb = one["original_bytes"] / 1e6
+                thread, writer = two["main_thread_cpu_s"], two.get("writer_cpu_s", 0.0)
+                pool = max(0.0, main - thread - writer)
                 cells = []
                 for n in CORES:
                     wall = main + workers / n
                     cells.append(f"{one['seconds'] / wall:.1f}x, {mb / wall:.0f}")
+                for n in CORES:
+                    wall = max(thread, writer, pool, workers / n)
+                    cells.append(f"{one['seconds'] / wall:.1f}x, {mb / wall:.0f}")
                 print(f"| {item} | {mb:.0f} | {name} | {one['seconds']:.2f} | {two['seconds']:.2f} | "
-                      f"{one['seconds'] / two['seconds']:.2f} | {main:.2f} | {workers:.2f} | {share:.1%} | "
-                      + " | ".join(cells) + " |", flush=True)
+                      f"{one['seconds'] / two['seconds']:.2f} | {main:.2f} | {thread:.2f} / {writer:.2f} / {pool:.2f} | "
+                      f"{workers:.2f} | {share:.1%} | " + " | ".join(cells) + " |", flush=True)
 
 
 def measured_cores(items: list[str], jobs: list[int], repeat: int, tmp: Path) -> None:

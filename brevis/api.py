@@ -83,7 +83,9 @@ def compress(sources, output: str | os.PathLike | None = None, *, threads: int =
 
     The summary: archive, file_count, original_bytes, archive_bytes, ratio,
     seconds, learn_seconds, throughput_mb_s, effort, prior_samples,
-    encode_processes, skipped (each {path, kind, reason})."""
+    encode_processes, skipped (each {path, kind, reason}), main_thread_cpu_s
+    and writer_cpu_s (the CPU seconds of the calling thread and of the
+    thread writing streams, 0 where the calling thread wrote them)."""
     from .codec import encoder as _encoder  # the search and its planner: not paid by reading commands
 
     sources = _paths(sources)
@@ -112,7 +114,8 @@ def decompress(archive: str | os.PathLike, output: str | os.PathLike | None = No
     comma-separated): just the files and links they match (a pattern
     without '/' matches a name at any depth), and what those links point at.
 
-    The summary: archive, output, file_count, link_count, original_bytes, seconds."""
+    The summary: archive, output, file_count, link_count, original_bytes,
+    seconds, main_thread_cpu_s (the calling thread's CPU seconds)."""
     return _decoder.decompress(archive, output, threads=threads, force=force, progress=progress, base=base,
                                executor=executor, processes=processes, modes=modes, mtimes=mtimes, only=only)
 

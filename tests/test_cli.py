@@ -343,7 +343,15 @@ def test_compress_failing_midway_leaves_nothing(ckpt, tmp_path, monkeypatch, cap
     assert os.listdir(out_dir) == []
 
 
-def test_compress_disk_full_leaves_nothing(ckpt, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("behind", [False, True], ids=["main-thread", "write-behind"])
+def test_compress_disk_full_leaves_nothing(ckpt, tmp_path, monkeypatch, capsys, behind):
+    """Writes that fail (ENOSPC): by the main thread, or by the thread that
+    writes streams behind it (encoder.WRITE_BEHIND_*), one line, exit 8."""
+    if behind:
+        from brevis.codec import encoder
+
+        monkeypatch.setattr(encoder, "WRITE_BEHIND_THREADS", 1)
+        monkeypatch.setattr(encoder, "WRITE_BEHIND_BYTES", 0)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     original = writer_module.ArchiveWriter.write_stream
@@ -711,8 +719,10 @@ NUM = (int, float)
 JSON_FIELDS = {
     "compress": {"archive": str, "file_count": int, "original_bytes": int, "archive_bytes": int, "ratio": float,
                  "seconds": NUM, "learn_seconds": NUM, "throughput_mb_s": NUM, "effort": int,
-                 "prior_samples": int, "encode_processes": int, "skipped": list},
-    "decompress": {"archive": str, "output": str, "file_count": int, "original_bytes": int, "seconds": NUM},
+                 "prior_samples": int, "encode_processes": int, "skipped": list, "main_thread_cpu_s": NUM,
+                 "writer_cpu_s": NUM},
+    "decompress": {"archive": str, "output": str, "file_count": int, "original_bytes": int, "seconds": NUM,
+                   "main_thread_cpu_s": NUM},
     "verify": {"archive": str, "ok": bool, "file_count": int, "original_bytes": int, "source_compared": bool,
                "problems": list, "seconds": NUM},
     "inspect": {"archive": str, "archive_bytes": int, "original_bytes": int, "file_count": int, "tensor_count": int,
@@ -744,6 +754,7 @@ def test_json_fields_of_every_command(ckpt, tmp_path):
     assert s["file_count"] == 3 and s["original_bytes"] == total and s["archive_bytes"] == a.stat().st_size
     assert s["ratio"] == pytest.approx(s["archive_bytes"] / total) and s["effort"] == 2 and s["skipped"] == []
     assert s["seconds"] >= s["learn_seconds"] >= 0 and s["encode_processes"] >= 1
+    assert s["main_thread_cpu_s"] > 0 and s["writer_cpu_s"] == 0  # (one thread: it writes the streams itself)
 
     out = tmp_path / "out"
     d = json.loads(brevis("decompress", a, "-o", out, "--json").stdout)

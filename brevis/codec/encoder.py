@@ -39,7 +39,7 @@ from ..archive.writer import ArchiveWriter
 from ..errors import BrevisError, InvalidArgument
 from ..workers import Workers, open_workers
 from ..workers.processes import broken_pool, ours
-from ..workers.shared import Ring, read_batch, release_batch
+from ..workers.shared import Ring, SharedBatch, read_batch, release_batch
 from ..workers.tasks import ChunkTask, run_chunks, run_chunks_ring, run_chunks_shared
 from ..workers.pool import CHUNK_BYTES, Pool, ordered_pairs, runs
 from ..workers.heap import keep_freed_memory
@@ -87,6 +87,23 @@ WORKER_BATCH_CHUNKS = 64
 # streams may outgrow what they code), at most this; a batch whose streams
 # do not fit takes a file of its own.
 RING_SLOT_MOST = 16 << 20
+# With WRITE_BEHIND_THREADS threads or more, inputs of WRITE_BEHIND_BYTES
+# or more have their streams written by a thread of their own
+# (ArchiveWriter.write_behind): the thread that takes the encoded chunks,
+# which many workers keep busy, no longer copies them into the archive.
+# Its CPU seconds at -j2 with worker processes, median of 5 fresh runs
+# each, taking turns (2026-12-07): nomic 0.171 -> 0.095, gemma3 0.297 ->
+# 0.212, astra 0.192 -> 0.145, minilm 0.082 -> 0.062, smollm2 0.139 ->
+# 0.110, piper 0.134 -> 0.117; the process's 0.98-1.07 of them. Not below
+# 3 threads: with two workers on two cores the workers are the bottleneck
+# and a thread more cost 1-3 % of the time (nomic, astra, smollm2, minilm,
+# 8 runs each, taking turns: 0.99-1.03 by median). Its ring then has RING_BEHIND
+# slots more than batches in flight: a slot is given out again only once
+# the streams of its last batch are written, so the writing thread may lag
+# that many batches behind.
+WRITE_BEHIND_THREADS = 3
+WRITE_BEHIND_BYTES = 32 << 20
+RING_BEHIND = 2
 
 
 def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, threads: int = 1,
@@ -116,7 +133,7 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
     same folder are stored as links; other links to files are followed
     (their content stored), and every one is with `dereference`.
     """
-    start = time.perf_counter()
+    start, main_cpu = time.perf_counter(), time.thread_time()
     keep_freed_memory()
     skipped: list[dict] = []
     links: list[Source] = []
@@ -135,8 +152,9 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
     base_model = Base.open(base) if own_base else base
     pids: set[int] = set()
     own = Workers(None)
+    total = _total_bytes(files)
     if executor is None:  # before any thread of ours starts, so that workers can fork
-        own = open_workers(threads, _total_bytes(files), PROCESS_MIN_BYTES, processes)
+        own = open_workers(threads, total, PROCESS_MIN_BYTES, processes)
         executor = own.executor
     try:
         # Threads only where asked for (processes=False): measured (scaling.md), planning
@@ -172,22 +190,31 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
             # Workers on this machine: streams come back through shared memory,
             # a ring of slots where /dev/shm holds one (shared.py).
             shared = ours(executor) and executor.shared
+            if threads >= WRITE_BEHIND_THREADS and total >= WRITE_BEHIND_BYTES:
+                writer.write_behind()
             slot_bytes = min(batch[0] + 2 * chunk_bytes, RING_SLOT_MOST)
-            ring = Ring.open(os.getpid(), chunk_window, slot_bytes) if shared else None
+            slots = chunk_window + (RING_BEHIND if writer.behind is not None else 0)
+            ring = Ring.open(os.getpid(), slots, slot_bytes) if shared else None
+            written: dict[int, object] = {}  # a ring slot -> the ticket of its last batch's streams (writer.mark)
             if ring is not None:
-                run, tasks_of = functools.partial(run_chunks_ring, owner=os.getpid()), _placed(ring)
+                run, tasks_of = functools.partial(run_chunks_ring, owner=os.getpid()), _placed(ring, writer, written)
             elif shared:
                 run, tasks_of = functools.partial(run_chunks_shared, owner=os.getpid()), _tasks
             else:
                 run, tasks_of = run_chunks, _tasks
-            for refs, result in ordered_pairs(chunk_executor, run, _batches(chunks, *batch), chunk_window,
-                                              tasks_of, release_batch):
+            for k, (refs, result) in enumerate(ordered_pairs(chunk_executor, run, _batches(chunks, *batch),
+                                                             chunk_window, tasks_of, release_batch)):
                 with read_batch(result, ring) as outputs:
                     for ref, (chunk_output, streams) in zip(refs, outputs):
                         pids.add(chunk_output.pid)
                         assembler.add(ref, chunk_output, streams)
                         if progress:
                             progress(ref.length)
+                    ticket = writer.mark()
+                    if isinstance(result, SharedBatch):
+                        writer.wait(ticket)  # its file's mapping closes with this block
+                    elif ring is not None:
+                        written[k % ring.slots] = ticket
             size = assembler.finish(planner.prior.to_json(), series)
             index = assembler.index
     except Exception as e:
@@ -215,6 +242,11 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
         "learn_seconds": learn_time,
         "throughput_mb_s": original / seconds / 1e6 if seconds else None,
         "effort": planner.effort.level,
+        # CPU seconds of the calling thread (scan, discovery, learning,
+        # planning where it plans, taking the results, the index) and of the
+        # thread writing streams (write_behind; 0 where this one wrote them)
+        "main_thread_cpu_s": time.thread_time() - main_cpu,
+        "writer_cpu_s": writer.behind_cpu,
         "prior_samples": planner.prior.samples,
         "encode_processes": len(pids),
         "skipped": skipped,
@@ -241,8 +273,15 @@ def _tasks(batch: list[ChunkRef]) -> list[ChunkTask]:
     return [ref.task() for ref in batch]
 
 
-def _placed(ring: Ring) -> Callable[[list[ChunkRef]], tuple]:
+def _placed(ring: Ring, writer: ArchiveWriter, written: dict) -> Callable[[list[ChunkRef]], tuple]:
     """The jobs of run_chunks_ring: batch k (in the order ordered_pairs
-    submits them) with slot k of the ring."""
+    submits them) with slot k of the ring, once the streams of the batch
+    that slot held last are written (`written`: a slot -> its ticket)."""
     count = itertools.count()
-    return lambda batch: (_tasks(batch), ring.place(next(count)))
+
+    def place(batch: list[ChunkRef]) -> tuple:
+        where = ring.place(next(count))
+        writer.wait(written.pop(where[1], None))
+        return _tasks(batch), where
+
+    return place
