@@ -263,12 +263,33 @@ def test_a_batch_larger_than_its_slot_or_without_a_ring_takes_a_file_of_its_own(
 
 
 def test_ring_refused_where_shared_memory_cannot_hold_it(monkeypatch):
-    def full(fd, offset, length):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(shared, "_fallocate", full)
+    monkeypatch.setattr(shared, "_free_bytes", lambda folder: (4 << 20) - 1)
     assert shared.Ring.open(os.getpid(), 4, 1 << 20) is None
     assert not [n for n in os.listdir(shared.SHM_DIR) if n.startswith(os.path.basename(shared.shm_prefix(os.getpid())))]
+
+
+def test_a_slot_that_shared_memory_cannot_hold_sends_its_batch_another_way(monkeypatch):
+    """A slot's pages are allocated by the first worker to write to it: where
+    /dev/shm is full by then, that batch takes a file of its own (or the
+    pipe), not a SIGBUS as the worker writes to its mapping."""
+    ring = shared.Ring(os.getpid(), 2, 64)
+    try:
+        first = shared.write_ring_or_batch(_outputs(b"fits"), os.getpid(), ring.place(0))
+        assert isinstance(first, shared.RingBatch)
+
+        def full(fd, offset, length):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(shared, "_fallocate", full)
+        again = shared.write_ring_or_batch(_outputs(b"slot zero again"), os.getpid(), ring.place(2))
+        assert isinstance(again, shared.RingBatch)  # slot 0 is allocated already
+        other = shared.write_ring_or_batch(_outputs(b"slot one"), os.getpid(), ring.place(1))
+        assert not isinstance(other, shared.RingBatch)
+        with shared.read_batch(other, ring) as outputs:
+            assert [bytes(s) for s in outputs[0][1]] == [b"slot one"]
+    finally:
+        ring.close()
+        shared._mapped.pop(ring.name).close()
 
 
 @pytest.mark.parametrize("ring", [True, False], ids=["ring", "files"])

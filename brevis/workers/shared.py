@@ -10,17 +10,23 @@ worker saved. The receiver's pid is in the file's name, so a later run
 removes what a killed one left (`remove_stale_batches`).
 
 Within a compress run the batches go to a `Ring` instead: one file of
-slots, allocated and mapped once by the receiver and once by each worker,
-batch k written to slot k mod slots (a batch too large for its slot, or a
-ring a worker cannot map, takes a file of its own as above). A file per
-batch paid, for every batch, its pages' allocation and zeroing where the
-worker wrote and their mapping where the receiver read: 231 MB of streams
-in batches of 4 MiB cost 0.28 s of CPU that way against 0.13 s through a
-ring (nomic's archive, one process playing both sides).
+slots, mapped once by the receiver and once by each worker, batch k
+written to slot k mod slots (a batch too large for its slot, or a ring a
+worker cannot map or allocate, takes a file of its own as above). A file
+per batch paid, for every batch, its pages' allocation and zeroing where
+the worker wrote and their mapping where the receiver read: 231 MB of
+streams in batches of 4 MiB cost 0.28 s of CPU that way against 0.13 s
+through a ring (nomic's archive, one process playing both sides). A slot's
+pages are allocated by the first worker to write to it (posix_fallocate:
+a full /dev/shm is then an error it falls back from, not a SIGBUS as it
+writes to its mapping), not by the receiver when it makes the ring: that
+was 2.7 ms of the main process's CPU a slot of 6 MiB, before any work,
+and a run keeps two slots a worker (92 ms at -j16, all serial).
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from contextlib import contextmanager
@@ -100,9 +106,10 @@ class Ring:
         try:
             if _fallocate is None:
                 raise OSError(f"no posix_fallocate to allocate {self.name}")
-            _fallocate(fd, 0, size)
-            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-            self.map = mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ)
+            if _free_bytes(SHM_DIR) < size:
+                raise OSError(errno.ENOSPC, f"{SHM_DIR} cannot hold a ring of {size} bytes")
+            os.ftruncate(fd, size)  # (its slots are allocated by the workers, as they first write to them)
+            self.map = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
         except BaseException:
             os.unlink(self.name)
             raise
@@ -134,22 +141,49 @@ class Ring:
             pass
 
 
+def _free_bytes(folder: str) -> int:
+    st = os.statvfs(folder)
+    return st.f_bavail * st.f_frsize
+
+
+class _Mapped:
+    """A worker's mapping of a ring, with the descriptor its slots are
+    allocated through and the slots it has allocated (or found allocated)."""
+
+    def __init__(self, name: str):
+        self.fd = os.open(name, os.O_RDWR)
+        try:
+            self.map = mmap.mmap(self.fd, 0, flags=mmap.MAP_SHARED)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.allocated: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self.map)
+
+    def allocate(self, slot: int, slot_bytes: int) -> None:
+        """The slot's pages allocated (OSError where /dev/shm cannot hold them)."""
+        if slot not in self.allocated:
+            _fallocate(self.fd, slot * slot_bytes, slot_bytes)
+            self.allocated.add(slot)
+
+    def close(self) -> None:
+        self.map.close()
+        os.close(self.fd)
+
+
 RINGS_MAPPED = 4  # a worker keeps its mappings of the last rings it wrote to (runs at once share workers)
-_mapped: dict[str, mmap.mmap] = {}  # a worker's: ring name -> its mapping
+_mapped: dict[str, _Mapped] = {}  # a worker's: ring name -> its mapping
 
 
-def _ring_map(name: str) -> mmap.mmap:
+def _ring_map(name: str) -> _Mapped:
     m = _mapped.get(name)
     if m is not None:
         return m
     for old in [n for n in _mapped if not os.path.exists(n)]:  # rings of runs that are over: their memory goes
         _mapped.pop(old).close()
-    fd = os.open(name, os.O_RDWR)
-    try:
-        m = mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
-    finally:
-        os.close(fd)
-    _mapped[name] = m
+    m = _mapped[name] = _Mapped(name)
     if len(_mapped) > RINGS_MAPPED:  # the oldest ring: its run is over by now, or writes files
         _mapped.pop(next(iter(_mapped))).close()
     return m
@@ -168,13 +202,18 @@ def write_ring_or_batch(outputs: list, owner: int, place: tuple[str, int, int]):
         return write_batch_or_keep(outputs, owner)
     if len(m) < (slot + 1) * slot_bytes:
         return write_batch_or_keep(outputs, owner)
+    try:
+        m.allocate(slot, slot_bytes)
+    except OSError:  # /dev/shm is full
+        return write_batch_or_keep(outputs, owner)
     pos = 0
     spans = []
     base = slot * slot_bytes
+    ring = m.map
     for vs in views:
         spans.append([])
         for v in vs:
-            m[base + pos: base + pos + v.nbytes] = v
+            ring[base + pos: base + pos + v.nbytes] = v
             spans[-1].append((pos, v.nbytes))
             pos += v.nbytes
     for o, where in zip(outputs, spans):
