@@ -358,3 +358,32 @@ def test_streams_written_behind_give_the_same_archive(source, tmp_path, monkeypa
     out = tmp_path / "inline-behind.brv"
     assert encoder.compress([source], out, threads=1, chunk_bytes=256 << 10)["writer_cpu_s"] > 0
     assert out.read_bytes() == ref
+
+
+def test_a_writing_thread_that_ends_early_is_an_error_not_a_wait_for_ever(tmp_path, monkeypatch):
+    from brevis.archive import writer as writer_module
+
+    monkeypatch.setattr(writer_module._Behind, "_run", lambda self: None)  # ends at once
+    w = writer_module.ArchiveWriter(tmp_path / "x.brv")
+    w.write_behind()
+    w.write_stream(b"abc", 0)
+    with pytest.raises(RuntimeError, match="ended early"):
+        w.wait(w.mark())
+    w.abort()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_streams_the_writing_thread_did_not_write_fail_the_archive(tmp_path, monkeypatch):
+    """Every stream's location goes into the index: the file must hold them all."""
+    from brevis.archive import writer as writer_module
+    from brevis.archive.index import Index
+    from brevis.errors import BrevisError
+
+    w = writer_module.ArchiveWriter(tmp_path / "x.brv")
+    monkeypatch.setattr(writer_module.ArchiveWriter, "_put", lambda self, data: None)  # dropped silently
+    w.write_behind()
+    w.write_stream(b"lost", 0)
+    with pytest.raises(BrevisError, match="4 bytes of streams were not written"):
+        w.finish(Index([], [], "test"))
+    w.abort()
+    assert list(tmp_path.iterdir()) == []

@@ -92,16 +92,29 @@ class _Behind:
             if isinstance(item, threading.Event):
                 item.set()
                 continue
+            size = 0
             for data in item:
+                size += len(data)
                 if self.error is None and not self.stopping:
                     try:
                         self.put(data)
                     except BaseException as e:  # (an interrupt goes to the main thread only)
                         self.error = e
             with self.cond:
-                self.queued -= sum(len(x) for x in item)
+                self.queued -= size
                 self.cond.notify_all()
         self.cpu = time.thread_time() - start
+
+    def wait(self, ticket: threading.Event) -> None:
+        """Until `ticket` is set; the first failure raised. Should the
+        thread have ended without setting it, that is a failure too, not
+        a wait for ever."""
+        while not ticket.wait(0.25):
+            if not self.thread.is_alive():
+                with self.cond:
+                    self.error = self.error or RuntimeError("the archive's writing thread ended early")
+                break
+        self.check()
 
     def close(self, drop: bool = False) -> None:
         """Write what is queued (or, `drop`, drop it) and end the thread."""
@@ -171,10 +184,8 @@ class ArchiveWriter:
 
     def wait(self, ticket: threading.Event | None) -> None:
         """Until the streams before `ticket` (mark) are on the file; a failure to write them raised."""
-        if ticket is not None:
-            ticket.wait()  # (set however the thread ends: its items are all taken)
-            if self.behind is not None:
-                self.behind.check()
+        if ticket is not None and self.behind is not None:
+            self.behind.wait(ticket)
 
     def _end_behind(self, drop: bool = False) -> None:
         """The writing thread's streams written (or, `drop`, dropped) and the thread ended; its failure raised."""
@@ -188,8 +199,17 @@ class ArchiveWriter:
         finally:
             behind.close(drop)
             self.behind_cpu = behind.cpu
-        if not drop and behind.error is not None:
+        if drop:
+            return
+        if behind.error is not None:
             raise behind.error
+        try:
+            self.file.flush()
+            written = self.file.tell()
+        except OSError as e:
+            raise io_failure(e, f"cannot write {self.path}") from None
+        if written != self.offset:  # (every stream's location is in the index: none may be missing)
+            raise BrevisError(f"cannot write {self.path}: {self.offset - written} bytes of streams were not written")
 
     def _write(self, data: bytes | memoryview) -> None:
         self._put(data)
