@@ -333,6 +333,7 @@ def test_streams_written_behind_give_the_same_archive(source, tmp_path, monkeypa
     once its last batch's streams are written (else a worker would
     overwrite them first), a batch in a file of its own is written before
     its mapping closes; the archive is the same, byte for byte."""
+    import threading
     import time
 
     from brevis.archive import writer as writer_module
@@ -346,7 +347,7 @@ def test_streams_written_behind_give_the_same_archive(source, tmp_path, monkeypa
     threads = set()
 
     def slow_put(self, data):
-        threads.add(__import__("threading").current_thread().name)
+        threads.add(threading.current_thread().name)
         time.sleep(0.002)
         put(self, data)
 

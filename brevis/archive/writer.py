@@ -60,7 +60,7 @@ class _Behind:
             while self.queued > self.most and self.error is None:
                 self.cond.wait()
             self._raise()
-            self.items.append(streams)
+            self.items.append((streams, size))
             self.queued += size
             self.cond.notify_all()
 
@@ -92,9 +92,8 @@ class _Behind:
             if isinstance(item, threading.Event):
                 item.set()
                 continue
-            size = 0
-            for data in item:
-                size += len(data)
+            streams, size = item
+            for data in streams:
                 if self.error is None and not self.stopping:
                     try:
                         self.put(data)
