@@ -429,9 +429,10 @@ def test_threads_code_as_one_thread_does():
 # ---------------------------------------------------------------- wide blocks
 
 # decode_stream's simd: 1 every kernel the CPU runs (the 512-bit wide kernel
-# and AVX-512 builds where it has them), 3 the AVX-512 builds of the 256-bit
-# kernels, 2 their AVX2 builds, 0 none (the plain loops)
-SIMD_LEVELS = (1, 3, 2, 0)
+# and AVX-512 builds where it has them, a small model's permutes too), 4 the
+# 512-bit wide kernel with its gathers alone, 3 the AVX-512 builds of the
+# 256-bit kernels, 2 their AVX2 builds, 0 none (the plain loops)
+SIMD_LEVELS = (1, 4, 3, 2, 0)
 
 
 def decoders(stream: bytes, n: int, t: Field, monkeypatch) -> list:
@@ -501,6 +502,50 @@ def test_wide_32_bit_offsets_either_side_of_the_near_kernel(top, monkeypatch):
     assert stream[0] & entropy.WIDE
     for out in decoders(stream, len(x), t, monkeypatch):
         assert np.array_equal(out, x)
+
+
+def few_values(n: int, bits: int, k: int, skew: float, seed: int, spread: int = 0) -> np.ndarray:
+    """k values `spread` bits apart (each with that many random low bits:
+    bins with offset bits), of Zipf-like weights 1 / (i + 1) ** skew."""
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, k + 1) ** skew
+    x = rng.choice(k, n, p=p / p.sum()).astype(np.uint64) << np.uint64(spread)
+    if spread:
+        x += rng.integers(0, 1 << spread, n, dtype=np.uint64)
+    return x.astype(Field(bits).container)
+
+
+def crowded_values(n: int, bits: int, rare: int, seed: int) -> np.ndarray:
+    """One common value and `rare` others of a small, equal weight: the
+    rare ones' bins start inside one bucket of slots."""
+    p = np.array([1.0] + [0.012 / rare] * rare)
+    return np.random.default_rng(seed).choice(len(p), n, p=p / p.sum()).astype(Field(bits).container)
+
+
+SMALL_MODELS = ([("few", bits, k, skew, spread) for bits, spread in ((4, 0), (8, 0), (8, 2), (16, 0), (16, 4))
+                 for k in (2, 4, 9, 16, 24, 40) for skew in (0.0, 1.0, 3.0) if (k - 1) << spread < 1 << bits]
+                + [("crowded", bits, rare, 0, 0) for bits in (4, 8, 16) for rare in (2, 3, 5, 12)])
+
+
+@pytest.mark.parametrize("kind,bits,k,skew,spread", SMALL_MODELS)
+def test_wide_blocks_of_small_models_decode_alike(kind, bits, k, skew, spread, monkeypatch):
+    """Wide blocks of at most 32 bins, 8 and 16-bit values: the 512-bit
+    kernel looks their bins up by permutes (simd 1) where it would gather
+    (simd 4); every decoder gives the values back, and damage alike. The
+    cases (checked with a build that printed each block's model): 1 to 9
+    bins, with and without offset bits, 0 to 3 steps past a bucket's first
+    bin (3: 12 crowded), and blocks needing 4 (40 values of skew 3, 9
+    bins: the gathers)."""
+    monkeypatch.setattr(entropy, "WIDE_MIN", 32)
+    n = 5000
+    x = (few_values(n, bits, k, skew, seed=k, spread=spread) if kind == "few"
+         else crowded_values(n, bits, k, seed=k))
+    t = Field(bits)
+    stream = Ans().encode(x, t)
+    assert stream[0] & entropy.WIDE
+    for out in decoders(stream, n, t, monkeypatch):
+        assert np.array_equal(out, x)
+    assert_damage_alike(stream, n, t, monkeypatch, np.random.default_rng(k), flips=3, extra_cuts=[len(stream) - 1])
 
 
 def assert_damage_alike(stream: bytes, n: int, t: Field, monkeypatch, rng, flips: int, extra_cuts: list[int]):
