@@ -1009,22 +1009,25 @@ static int wide_avx512_near(WIDE_PARAMS) { return wide_body(WIDE_ARGS, 1, 1); }
  * model in registers, for lookups by permutes instead of two gathers of
  * etab (small_model; no etab is built). A slot's bin: the bin of its
  * bucket's first slot (`starts`, by the top 6 or 7 bits of the slot: one
- * permute of one vector or of two), moved on past each bin that starts
- * above it in the bucket, `steps` times (the most any bucket holds, a
- * kernel for each: its loop unrolled); a block needing more keeps to the
- * gathers. `next` is each bin's end (the next one's cum; 2^P for the
- * last), `value` its lower value | offset width << 16; where no bin has
- * offset bits the offsets' steps are left out (`offsets` 0). Streams of
+ * permute of one vector or of two), moved on past a bin that starts
+ * above it in the bucket where its bucket holds such a start (`steps`: 0
+ * or 1, a kernel each); a block whose buckets hold more keeps to the
+ * gathers: each step more, a permute, a compare and an add on the chain
+ * from state to state, made two steps' blocks 0.97-1.18 of the gathers'
+ * time and three steps' 1.18. `next` is each bin's end (the next one's
+ * cum; 2^P for the last), `value` its lower value | offset width << 16;
+ * where no bin has offset bits the offsets' steps are left out (`offsets`
+ * 0). Streams of
  * 2^20 values, warm, one thread, best of 40 each taking turns with the
  * gathers' build (2026-12-07, the Intel Xeon): 16 bell-shaped nibbles
  * 0.713 -> 0.563 ns a value, 15 exponent-like bytes 0.716 -> 0.589,
  * uniform bytes (a few bins with offset bits) 0.756 -> 0.551, four 16-bit
  * values 0.719 -> 0.562; 31 exponent-like bytes and a 16-bit normal
- * spread (more bins, or more steps) unchanged. Of the
+ * spread (more bins, or more steps: the gathers) unchanged. Of the
  * corpus's wide values it codes 28 % of gemma3's (its nibbles: most of its
  * bytes have 64-74 bins), 4 % of astra's, 2 % of piper's. */
 #define SMALL_BINS 32
-#define SMALL_STEPS 3
+#define SMALL_STEPS 1
 typedef struct {
     uint32_t freq[SMALL_BINS], cum[SMALL_BINS], next[SMALL_BINS], value[SMALL_BINS];
     uint8_t starts[128];
@@ -1178,14 +1181,13 @@ ZMM_TARGET static int wide_zmm_small##STEPS(WIDE_PARAMS, const small_t *sm) { re
 ZMM_TARGET static int wide_zmm_bare##STEPS(WIDE_PARAMS, const small_t *sm) { return wide_zmm_body(WIDE_ARGS, 0, sm, 0, STEPS); }
 SMALL_KERNELS(0)
 SMALL_KERNELS(1)
-SMALL_KERNELS(2)
-SMALL_KERNELS(3)
+
+
 #undef SMALL_KERNELS
 typedef int (*small_kernel_t)(WIDE_PARAMS, const small_t *);
 /* [steps][whether any bin has offset bits] */
 static const small_kernel_t small_kernels[SMALL_STEPS + 1][2] = {
-    {wide_zmm_bare0, wide_zmm_small0}, {wide_zmm_bare1, wide_zmm_small1},
-    {wide_zmm_bare2, wide_zmm_small2}, {wide_zmm_bare3, wide_zmm_small3}};
+    {wide_zmm_bare0, wide_zmm_small0}, {wide_zmm_bare1, wide_zmm_small1}};
 
 /* A byte's entry of a 256-entry table of bytes (four vectors): two
  * two-vector permutes (VBMI, the index's low 7 bits), the byte's top bit

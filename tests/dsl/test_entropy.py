@@ -533,9 +533,9 @@ def test_wide_blocks_of_small_models_decode_alike(kind, bits, k, skew, spread, m
     kernel looks their bins up by permutes (simd 1) where it would gather
     (simd 4); every decoder gives the values back, and damage alike. The
     cases (checked with a build that printed each block's model): 1 to 9
-    bins, with and without offset bits, 0 to 3 steps past a bucket's first
-    bin (3: 12 crowded), and blocks needing 4 (40 values of skew 3, 9
-    bins: the gathers)."""
+    bins, with and without offset bits, 0 or 1 step past a bucket's first
+    bin, and blocks needing 2 to 4 (crowded ones; 40 values of skew 3, 9
+    bins), which keep to the gathers."""
     monkeypatch.setattr(entropy, "WIDE_MIN", 32)
     n = 5000
     x = (few_values(n, bits, k, skew, seed=k, spread=spread) if kind == "few"
