@@ -1017,15 +1017,19 @@ static int wide_avx512_near(WIDE_PARAMS) { return wide_body(WIDE_ARGS, 1, 1); }
  * time and three steps' 1.18. `next` is each bin's end (the next one's
  * cum; 2^P for the last), `value` its lower value | offset width << 16;
  * where no bin has offset bits the offsets' steps are left out (`offsets`
- * 0). Streams of
- * 2^20 values, warm, one thread, best of 40 each taking turns with the
- * gathers' build (2026-12-07, the Intel Xeon): 16 bell-shaped nibbles
- * 0.713 -> 0.563 ns a value, 15 exponent-like bytes 0.716 -> 0.589,
- * uniform bytes (a few bins with offset bits) 0.756 -> 0.551, four 16-bit
- * values 0.719 -> 0.562; 31 exponent-like bytes and a 16-bit normal
- * spread (more bins, or more steps: the gathers) unchanged. Of the
- * corpus's wide values it codes 28 % of gemma3's (its nibbles: most of its
- * bytes have 64-74 bins), 4 % of astra's, 2 % of piper's. */
+ * 0). Streams of 2^20 values, warm, one thread, best of 40 each taking
+ * turns with the gathers' build (2026-12-07, the Intel Xeon): 16
+ * bell-shaped nibbles 0.713 -> 0.563 ns a value, 15 exponent-like bytes
+ * 0.716 -> 0.589, uniform bytes (a few bins with offset bits) 0.756 ->
+ * 0.551, four 16-bit values 0.719 -> 0.562; 31 exponent-like bytes and a
+ * 16-bit normal spread (more bins, or more steps: the gathers) unchanged.
+ * Of the corpus's wide values it codes 28 % of gemma3's (its nibbles:
+ * most of its bytes have 64-74 bins), 4 % of astra's, 2 % of piper's;
+ * gemma3's one-shot unpack at 2 threads took 0.90 of the time (means of
+ * 12 fresh processes taking turns; medians 0.93). Tried and dropped: one
+ * gather of a 32-bit entry (frequency, bias, bin) and the bin's value by
+ * permutes, for models of up to 64 or 128 bins at P <= 12 (most of the
+ * corpus's): 1.01-1.09 of the time. */
 #define SMALL_BINS 32
 #define SMALL_STEPS 1
 typedef struct {
@@ -1181,8 +1185,6 @@ ZMM_TARGET static int wide_zmm_small##STEPS(WIDE_PARAMS, const small_t *sm) { re
 ZMM_TARGET static int wide_zmm_bare##STEPS(WIDE_PARAMS, const small_t *sm) { return wide_zmm_body(WIDE_ARGS, 0, sm, 0, STEPS); }
 SMALL_KERNELS(0)
 SMALL_KERNELS(1)
-
-
 #undef SMALL_KERNELS
 typedef int (*small_kernel_t)(WIDE_PARAMS, const small_t *);
 /* [steps][whether any bin has offset bits] */
@@ -1488,9 +1490,9 @@ static int wide_zmm_usable(int simd) {
     return (simd == 1 || simd == 4) && wide_avx512_usable(simd) && cpu_has_avx512vbmi() && cpu_has_avx512vbmi2();
 }
 
-/* The small model of a wide block's bins (small_t), where it has at most
- * SMALL_BINS and no bucket of slots holds more than SMALL_STEPS bins' starts
- * past its first slot's bin; 0 where not. `slots`: each slot's bin. */
+/* The first bin of each of 2^log buckets of slots (into `starts`, where
+ * given), and the most bins' starts any bucket holds past its first
+ * slot's. `slots`: each slot's bin. */
 static int small_starts(const uint16_t *slots, uint32_t M, int log, uint8_t *starts) {
     int shift = (1 << log) < (int)M ? __builtin_ctz(M) - log : 0, steps = 0;
     for (uint32_t b = 0; b < (1u << log) && (b << shift) < M; b++) {
@@ -1502,6 +1504,9 @@ static int small_starts(const uint16_t *slots, uint32_t M, int log, uint8_t *sta
     return steps;
 }
 
+/* The small model of a wide block's bins (small_t), where it has at most
+ * SMALL_BINS and no bucket of slots holds more than SMALL_STEPS bins' starts
+ * past its first slot's bin; 0 where not. */
 static int small_model(const uint32_t *freq, const uint32_t *cum, const uint32_t *lower, const uint8_t *obits,
                        Py_ssize_t bins, int P, const uint16_t *slots, small_t *sm) {
     if (bins > SMALL_BINS) return 0;
