@@ -1005,37 +1005,43 @@ static int wide_avx512_near(WIDE_PARAMS) { return wide_body(WIDE_ARGS, 1, 1); }
 #if (defined(__clang__) && __clang_major__ >= 7) || (!defined(__clang__) && __GNUC__ >= 8)  /* VBMI2's intrinsics */
 #define HAVE_WIDE_ZMM 1
 #define ZMM_TARGET __attribute__((target("avx2,avx512f,avx512vl,avx512bw,avx512dq,avx512vbmi,avx512vbmi2,popcnt")))
-/* A wide block of at most SMALL_BINS bins (8 and 16-bit values): its
- * model in registers, for lookups by permutes instead of two gathers of
- * etab (small_model; no etab is built). A slot's bin: the bin of its
- * bucket's first slot (`starts`, by the top 6 or 7 bits of the slot: one
- * permute of one vector or of two), moved on past a bin that starts
- * above it in the bucket where its bucket holds such a start (`steps`: 0
- * or 1, a kernel each); a block whose buckets hold more keeps to the
- * gathers: each step more, a permute, a compare and an add on the chain
- * from state to state, made two steps' blocks 0.97-1.18 of the gathers'
- * time and three steps' 1.18. `next` is each bin's end (the next one's
- * cum; 2^P for the last), `value` its lower value | offset width << 16;
- * where no bin has offset bits the offsets' steps are left out (`offsets`
- * 0). Streams of 2^20 values, warm, one thread, best of 40 each taking
- * turns with the gathers' build (2026-12-07, the Intel Xeon): 16
- * bell-shaped nibbles 0.713 -> 0.563 ns a value, 15 exponent-like bytes
- * 0.716 -> 0.589, uniform bytes (a few bins with offset bits) 0.756 ->
- * 0.551, four 16-bit values 0.719 -> 0.562; 31 exponent-like bytes and a
- * 16-bit normal spread (more bins, or more steps: the gathers) unchanged.
- * Of the corpus's wide values it codes 28 % of gemma3's (its nibbles:
- * most of its bytes have 64-74 bins), 4 % of astra's, 2 % of piper's;
- * gemma3's one-shot unpack at 2 threads took 0.90 of the time (means of
- * 12 fresh processes taking turns; medians 0.93). Tried and dropped: one
- * gather of a 32-bit entry (frequency, bias, bin) and the bin's value by
- * permutes, for models of up to 64 or 128 bins at P <= 12 (most of the
- * corpus's): 1.01-1.09 of the time. */
+/* A wide block of at most SMALL_BINS bins (of 32-bit values, offsets of at
+ * most NEAR_BITS): its model in registers, for lookups by permutes instead
+ * of two gathers of etab (small_model; no etab is built). A slot's bin:
+ * the bin of its bucket's first slot (`starts`, by the top 6 or 7 bits of
+ * the slot: one permute of one vector or of two), moved on past a bin that
+ * starts above it in the bucket where its bucket holds such a start
+ * (`steps`: 0 or 1, a kernel each); a block whose buckets hold more keeps
+ * to the gathers: each step more, a permute, a compare and an add on the
+ * chain from state to state, made two steps' blocks 0.97-1.18 of the
+ * gathers' time and three steps' 1.18. `next` is each bin's end (the next
+ * one's cum; 2^P for the last), `value` its lower value | offset width <<
+ * 16 (32-bit values: the lower value, the width in `widths`); where no bin
+ * has offset bits the offsets' steps are left out (`offsets` 0). Streams
+ * of 2^20 values, warm, one thread, best of 40 each taking turns with the
+ * gathers' build (2026-12-07, the Intel Xeon): 16 bell-shaped nibbles
+ * 0.713 -> 0.563 ns a value, 15 exponent-like bytes 0.716 -> 0.589,
+ * uniform bytes (a few bins with offset bits) 0.756 -> 0.551, four 16-bit
+ * values 0.719 -> 0.562; 31 exponent-like bytes and a 16-bit normal spread
+ * (more bins, or more steps: the gathers) unchanged. Of the corpus's wide
+ * values it codes 28 % of gemma3's (its nibbles: most of its bytes have
+ * 64-74 bins), 4 % of astra's, 2 % of piper's; gemma3's one-shot unpack at
+ * 2 threads took 0.90 of the time (means of 12 fresh processes taking
+ * turns; medians 0.93). 32-bit values (e.g. F32 with 15 exponents and
+ * 23-bit mantissas) 0.798 -> 0.740, nine values with 20 offset bits 0.786
+ * -> 0.690, four without 0.775 -> 0.577; such models code 28 % of ppocr's
+ * wide values, 10 % of resemblyzer's, 7 % of piper's: their unpack 0.963,
+ * 0.969 and 0.964 of the time (means of 12, taking turns). Tried and
+ * dropped: one gather of a 32-bit entry (frequency, bias, bin) and the
+ * bin's value by permutes, for models of up to 64 or 128 bins at P <= 12
+ * (most of the corpus's): 1.01-1.09 of the time. */
 #define SMALL_BINS 32
 #define SMALL_STEPS 1
 typedef struct {
     uint32_t freq[SMALL_BINS], cum[SMALL_BINS], next[SMALL_BINS], value[SMALL_BINS];
+    uint32_t widths[SMALL_BINS];  /* 32-bit values': their offsets' widths (`value` the lower value alone) */
     uint8_t starts[128];
-    int log, shift, steps;  /* 2^log buckets of 2^shift slots */
+    int log, shift, steps, widest;  /* 2^log buckets of 2^shift slots; the widest offsets */
 } small_t;
 
 ZMM_TARGET __attribute__((always_inline))
@@ -1056,7 +1062,7 @@ static inline int wide_zmm_body(WIDE_PARAMS, int near, const small_t *sm, int of
     int bad = 0;
     Py_ssize_t grp = 0;
     /* the small model's tables (sm): two vectors each, for two-vector permutes */
-    __m512i freq[2], cum[2], next[2], value[2], starts[2] = {zero, zero};
+    __m512i freq[2], cum[2], next[2], value[2], widths[2] = {zero, zero}, starts[2] = {zero, zero};
     __m128i bshift = _mm_setzero_si128();
     int steps = 0, wide_starts = 0;
     if (sm) {
@@ -1065,6 +1071,7 @@ static inline int wide_zmm_body(WIDE_PARAMS, int near, const small_t *sm, int of
             cum[h] = _mm512_loadu_si512((const void *)(sm->cum + 16 * h));
             next[h] = _mm512_loadu_si512((const void *)(sm->next + 16 * h));
             value[h] = _mm512_loadu_si512((const void *)(sm->value + 16 * h));
+            if (width == 4) widths[h] = _mm512_loadu_si512((const void *)(sm->widths + 16 * h));
         }
         starts[0] = _mm512_loadu_si512((const void *)sm->starts);
         starts[1] = _mm512_loadu_si512((const void *)(sm->starts + 64));
@@ -1086,7 +1093,7 @@ static inline int wide_zmm_body(WIDE_PARAMS, int near, const small_t *sm, int of
                     bin = _mm512_mask_add_epi32(bin, past, bin, one);
                 }
                 v[g] = _mm512_permutex2var_epi32(value[0], bin, value[1]);
-                wd[g] = _mm512_srli_epi32(v[g], 16);
+                wd[g] = width == 4 ? _mm512_permutex2var_epi32(widths[0], bin, widths[1]) : _mm512_srli_epi32(v[g], 16);
                 x[g] = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_permutex2var_epi32(freq[0], bin, freq[1]),
                                                            _mm512_srlv_epi32(x[g], shift)),
                                         _mm512_sub_epi32(slot, _mm512_permutex2var_epi32(cum[0], bin, cum[1])));
@@ -1182,14 +1189,15 @@ static int wide_zmm_near(WIDE_PARAMS) { return wide_zmm_body(WIDE_ARGS, 1, NULL,
  * without offsets (no bin has offset bits: the values are the lower ones). */
 #define SMALL_KERNELS(STEPS) \
 ZMM_TARGET static int wide_zmm_small##STEPS(WIDE_PARAMS, const small_t *sm) { return wide_zmm_body(WIDE_ARGS, 0, sm, 1, STEPS); } \
+ZMM_TARGET static int wide_zmm_near##STEPS(WIDE_PARAMS, const small_t *sm) { return wide_zmm_body(WIDE_ARGS, 1, sm, 1, STEPS); } \
 ZMM_TARGET static int wide_zmm_bare##STEPS(WIDE_PARAMS, const small_t *sm) { return wide_zmm_body(WIDE_ARGS, 0, sm, 0, STEPS); }
 SMALL_KERNELS(0)
 SMALL_KERNELS(1)
 #undef SMALL_KERNELS
 typedef int (*small_kernel_t)(WIDE_PARAMS, const small_t *);
-/* [steps][whether any bin has offset bits] */
-static const small_kernel_t small_kernels[SMALL_STEPS + 1][2] = {
-    {wide_zmm_bare0, wide_zmm_small0}, {wide_zmm_bare1, wide_zmm_small1}};
+/* [steps][no bin has offset bits: 0; 8 and 16-bit values: 1; 32-bit ones, offsets of at most NEAR_BITS: 2] */
+static const small_kernel_t small_kernels[SMALL_STEPS + 1][3] = {
+    {wide_zmm_bare0, wide_zmm_small0, wide_zmm_near0}, {wide_zmm_bare1, wide_zmm_small1, wide_zmm_near1}};
 
 /* A byte's entry of a 256-entry table of bytes (four vectors): two
  * two-vector permutes (VBMI, the index's low 7 bits), the byte's top bit
@@ -1508,7 +1516,7 @@ static int small_starts(const uint16_t *slots, uint32_t M, int log, uint8_t *sta
  * SMALL_BINS and no bucket of slots holds more than SMALL_STEPS bins' starts
  * past its first slot's bin; 0 where not. */
 static int small_model(const uint32_t *freq, const uint32_t *cum, const uint32_t *lower, const uint8_t *obits,
-                       Py_ssize_t bins, int P, const uint16_t *slots, small_t *sm) {
+                       Py_ssize_t bins, int P, int width, const uint16_t *slots, small_t *sm) {
     if (bins > SMALL_BINS) return 0;
     uint32_t M = 1u << P;
     memset(sm, 0, sizeof *sm);
@@ -1516,14 +1524,16 @@ static int small_model(const uint32_t *freq, const uint32_t *cum, const uint32_t
         sm->freq[r] = freq[r];
         sm->cum[r] = cum[r];
         sm->next[r] = r + 1 < bins ? cum[r + 1] : M;
-        sm->value[r] = lower[r] | (uint32_t)obits[r] << 16;
+        sm->value[r] = width == 4 ? lower[r] : lower[r] | (uint32_t)obits[r] << 16;
+        sm->widths[r] = obits[r];
+        if (obits[r] > sm->widest) sm->widest = obits[r];
     }
     /* 64 buckets (one permute of one vector) unless 128 (of two) save a step */
     int steps64 = small_starts(slots, M, 6, NULL), steps128 = small_starts(slots, M, 7, NULL);
     sm->log = steps128 < steps64 ? 7 : 6;
     sm->steps = small_starts(slots, M, sm->log, sm->starts);
     sm->shift = P > sm->log ? P - sm->log : 0;
-    return sm->steps <= SMALL_STEPS;
+    return sm->steps <= SMALL_STEPS && (width != 4 || sm->widest <= NEAR_BITS);
 }
 #endif
 
@@ -1578,8 +1588,8 @@ static const char *decode_wide(const uint8_t *in, Py_ssize_t inlen, const uint8_
 #ifdef HAVE_WIDE_ZMM
         small_t sm;
         /* (simd 1: 4 keeps to the gathers, for the tests to compare) */
-        small = simd == 1 && width != 4 && 8 * (olen + WIDE_READS) < ((uint64_t)1 << 31) && wide_zmm_usable(simd)
-                && small_model(freq, cum, lower, obits, bins, P, slots, &sm);
+        small = simd == 1 && 8 * (olen + WIDE_READS) < ((uint64_t)1 << 31) && wide_zmm_usable(simd)
+                && small_model(freq, cum, lower, obits, bins, P, width, slots, &sm);
 #endif
         for (Py_ssize_t r = 0, t = 0; r < bins && !small; r++) {  /* (a small model needs no table) */
             uint32_t v = width != 4 ? lower[r] | (uint32_t)obits[r] << 16 : low_width ? lower[r] | obits[r] : lower[r];
@@ -1627,9 +1637,9 @@ static const char *decode_wide(const uint8_t *in, Py_ssize_t inlen, const uint8_
             Py_ssize_t did = 0;
 #ifdef HAVE_WIDE_ZMM
             if (small)
-                bad = small_kernels[sm.steps][widest > 0](etab, NULL, x, wb, wsafe, wlimit, &wat, ob, osafe, olimit,
-                                                          &opos, groups - done, &did, P, width,
-                                                          o8 + done * lanes * width, &sm);
+                bad = small_kernels[sm.steps][!sm.widest ? 0 : width == 4 ? 2 : 1](
+                    etab, NULL, x, wb, wsafe, wlimit, &wat, ob, osafe, olimit, &opos, groups - done, &did, P, width,
+                    o8 + done * lanes * width, &sm);
             else
 #endif
 #ifdef HAVE_WIDE_AVX2

@@ -522,20 +522,22 @@ def crowded_values(n: int, bits: int, rare: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).choice(len(p), n, p=p / p.sum()).astype(Field(bits).container)
 
 
-SMALL_MODELS = ([("few", bits, k, skew, spread) for bits, spread in ((4, 0), (8, 0), (8, 2), (16, 0), (16, 4))
+SMALL_MODELS = ([("few", bits, k, skew, spread) for bits, spread in ((4, 0), (8, 0), (8, 2), (16, 0), (16, 4),
+                                                                     (24, 0), (24, 9), (32, 0), (32, 20), (32, 28))
                  for k in (2, 4, 9, 16, 24, 40) for skew in (0.0, 1.0, 3.0) if (k - 1) << spread < 1 << bits]
-                + [("crowded", bits, rare, 0, 0) for bits in (4, 8, 16) for rare in (2, 3, 5, 12)])
+                + [("crowded", bits, rare, 0, 0) for bits in (4, 8, 16, 32) for rare in (2, 3, 5, 12)])
 
 
 @pytest.mark.parametrize("kind,bits,k,skew,spread", SMALL_MODELS)
 def test_wide_blocks_of_small_models_decode_alike(kind, bits, k, skew, spread, monkeypatch):
-    """Wide blocks of at most 32 bins, 8 and 16-bit values: the 512-bit
-    kernel looks their bins up by permutes (simd 1) where it would gather
+    """Wide blocks of at most 32 bins (32-bit values: offsets of at most 31
+    bits): the 512-bit kernel looks their bins up by permutes (simd 1) where it would gather
     (simd 4); every decoder gives the values back, and damage alike. The
     cases (checked with a build that printed each block's model): 1 to 9
-    bins, with and without offset bits, 0 or 1 step past a bucket's first
-    bin, and blocks needing 2 to 4 (crowded ones; 40 values of skew 3, 9
-    bins), which keep to the gathers."""
+    bins, with and without offset bits (24 and 32-bit values: 8 to 30 of
+    them), 0 or 1 step past a bucket's first bin, and blocks needing 2 to
+    4 (crowded ones; 40 values of skew 3, 9 bins), which keep to the
+    gathers."""
     monkeypatch.setattr(entropy, "WIDE_MIN", 32)
     n = 5000
     x = (few_values(n, bits, k, skew, seed=k, spread=spread) if kind == "few"
