@@ -1185,8 +1185,10 @@ static int wide_zmm(WIDE_PARAMS) { return wide_zmm_body(WIDE_ARGS, 0, NULL, 1, 0
 #define NEAR_BITS 31
 ZMM_TARGET
 static int wide_zmm_near(WIDE_PARAMS) { return wide_zmm_body(WIDE_ARGS, 1, NULL, 1, 0); }
-/* 8 and 16-bit values of a small model (small_t): the bins' offsets, and
- * without offsets (no bin has offset bits: the values are the lower ones). */
+/* A small model's kernels (small_t), three for each number of steps: 8
+ * and 16-bit values with offset bits (small), 32-bit ones with offsets of
+ * at most NEAR_BITS (near), and values without offset bits (bare: the
+ * values are the lower ones). */
 #define SMALL_KERNELS(STEPS) \
 ZMM_TARGET static int wide_zmm_small##STEPS(WIDE_PARAMS, const small_t *sm) { return wide_zmm_body(WIDE_ARGS, 0, sm, 1, STEPS); } \
 ZMM_TARGET static int wide_zmm_near##STEPS(WIDE_PARAMS, const small_t *sm) { return wide_zmm_body(WIDE_ARGS, 1, sm, 1, STEPS); } \

@@ -531,8 +531,9 @@ SMALL_MODELS = ([("few", bits, k, skew, spread) for bits, spread in ((4, 0), (8,
 @pytest.mark.parametrize("kind,bits,k,skew,spread", SMALL_MODELS)
 def test_wide_blocks_of_small_models_decode_alike(kind, bits, k, skew, spread, monkeypatch):
     """Wide blocks of at most 32 bins (32-bit values: offsets of at most 31
-    bits): the 512-bit kernel looks their bins up by permutes (simd 1) where it would gather
-    (simd 4); every decoder gives the values back, and damage alike. The
+    bits): the 512-bit kernel looks their bins up by permutes (simd 1)
+    where it would gather (simd 4); every decoder gives the values back,
+    and damage alike. The
     cases (checked with a build that printed each block's model): 1 to 9
     bins, with and without offset bits (24 and 32-bit values: 8 to 30 of
     them), 0 or 1 step past a bucket's first bin, and blocks needing 2 to
