@@ -39,7 +39,7 @@ from ..archive.writer import ArchiveWriter
 from ..errors import BrevisError, InvalidArgument
 from ..workers import Workers, open_workers
 from ..workers.processes import broken_pool, ours
-from ..workers.shared import Ring, SharedBatch, read_batch, release_batch
+from ..workers.shared import Ring, RingBatch, SharedBatch, read_batch, release_batch
 from ..workers.tasks import ChunkTask, run_chunks, run_chunks_ring, run_chunks_shared
 from ..workers.pool import CHUNK_BYTES, Pool, ordered_pairs, runs
 from ..workers.heap import keep_freed_memory
@@ -202,8 +202,8 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
                 run, tasks_of = functools.partial(run_chunks_shared, owner=os.getpid()), _tasks
             else:
                 run, tasks_of = run_chunks, _tasks
-            for k, (refs, result) in enumerate(ordered_pairs(chunk_executor, run, _batches(chunks, *batch),
-                                                             chunk_window, tasks_of, release_batch)):
+            for refs, result in ordered_pairs(chunk_executor, run, _batches(chunks, *batch), chunk_window,
+                                              tasks_of, release_batch):
                 with read_batch(result, ring) as outputs:
                     for ref, (chunk_output, streams) in zip(refs, outputs):
                         pids.add(chunk_output.pid)
@@ -213,8 +213,8 @@ def compress(sources: list[str | os.PathLike], output: str | os.PathLike, *, thr
                     ticket = writer.mark()
                     if isinstance(result, SharedBatch):
                         writer.wait(ticket)  # its file's mapping closes with this block
-                    elif ring is not None:
-                        written[k % ring.slots] = ticket
+                    elif isinstance(result, RingBatch):
+                        written[result.slot] = ticket  # its slot is given out again once they are written
             size = assembler.finish(planner.prior.to_json(), series)
             index = assembler.index
     except Exception as e:
