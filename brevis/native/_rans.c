@@ -234,7 +234,14 @@ static inline __attribute__((always_inline)) int encode_body(ENCODE_PARAMS) {
             uint32_t q = (uint32_t)(((uint64_t)X + ((uint64_t)X * s->m >> 32)) >> s->l); \
             X = (q << P) + (X - q * s->freq) + s->cum; \
         }
-        if (e->lanes == LANES) {
+        if (bins == 1) {
+            /* one bin (its frequency 2^P, so m = 0, l = P and x_max = 2^32): each
+             * step leaves its state as it was and writes no word, the values
+             * are their offsets alone, so the steps are left out (a field of
+             * near-uniform low bits: encode_block of 2^19 uniform 5 and 12-bit
+             * values 3.0 -> 0.9 and 3.8 -> 1.7 ns a value, best of 40) */
+            for (int k = 0; k < e->lanes; k++) x[k] = RANS_L;
+        } else if (e->lanes == LANES) {
             uint32_t x0 = RANS_L, x1 = RANS_L, x2 = RANS_L, x3 = RANS_L;
             Py_ssize_t whole = n & ~(Py_ssize_t)(LANES - 1);
             for (Py_ssize_t i = n - 1; i >= whole; i--) {
