@@ -78,6 +78,27 @@ def test_both_c_encoding_kernels_write_the_same_block(bits, lanes):
             assert fast == gathers == plain
 
 
+@pytest.mark.parametrize("bits", [8, 16, 32])
+def test_wide_blocks_of_few_bins_encode_alike_with_their_models_in_registers(bits, monkeypatch):
+    """A wide block's model of up to 32 bins (four tables of fields) and of
+    33 to 64 at a precision up to 12 bits (two tables, three fields packed
+    in one) are looked up by permutes where the CPU has AVX-512 (simd 1):
+    the same bytes as the gathers (simd 4) and the loop (simd 0), around
+    both limits, and every decoder gives the values back."""
+    rng = np.random.default_rng(bits)
+    container = Field(bits).container
+    for distinct in (30, 32, 33, 40, 48, 63, 64, 65, 70):
+        symbols = (np.arange(distinct, dtype=np.uint64) * ((1 << bits) // 97)).astype(container)
+        weights = np.exp(-np.arange(distinct) / 12)
+        for n in (5000, 70_000):
+            x = rng.choice(symbols, n, p=weights / weights.sum())
+            coded = {entropy._rans.encode_block(x, x.itemsize, bits, entropy.BIN_COST, entropy.NODE_COST,
+                                                entropy.WIDE_LANES, simd) for simd in (1, 4, 0)}
+            assert len(coded) == 1
+    stream = Ans().encode(x, Field(bits))
+    assert all(np.array_equal(v, x) for v in decoders(stream, len(x), Field(bits), monkeypatch))
+
+
 @pytest.mark.parametrize("bits", [4, 12, 23])
 def test_a_key_past_a_narrow_fields_bits_is_refused(bits):
     """A field narrower than its container (nibbles in bytes, an F32's
