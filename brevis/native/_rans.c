@@ -279,30 +279,29 @@ static inline __attribute__((always_inline)) int encode_body(ENCODE_PARAMS) {
                 for (Py_ssize_t r = 0; r < bins; r++)
                     rec[r] = sym[r].m | (uint64_t)sym[r].freq << 32 | (uint64_t)sym[r].cum << 45 | (uint64_t)sym[r].l << 57;
                 ptr = wide_encode_avx2_packed(rec, ranks, whole, x, ptr, P);
+            } else if (e->small_zmm && bins <= SMALL_ENC_BINS) {  /* (small_zmm: wide_zmm and avx2 too) */
+                uint32_t small[4 * SMALL_ENC_BINS] = {0};
+                for (Py_ssize_t r = 0; r < bins; r++) {
+                    small[r] = sym[r].m;
+                    small[SMALL_ENC_BINS + r] = (uint32_t)sym[r].x_max;  /* below 2^32: two bins or more */
+                    small[2 * SMALL_ENC_BINS + r] = sym[r].freq | sym[r].cum << 16;
+                    small[3 * SMALL_ENC_BINS + r] = sym[r].l;
+                }
+                ptr = wide_encode_zmm_small(small, ranks, whole, x, ptr, P);
+            } else if (e->small_zmm && bins <= PAIRED_ENC_BINS && P <= PACKED_MAX_P) {
+                uint32_t paired[2 * PAIRED_ENC_BINS] = {0};
+                for (Py_ssize_t r = 0; r < bins; r++) {
+                    paired[r] = sym[r].m;
+                    paired[PAIRED_ENC_BINS + r] = sym[r].freq | sym[r].cum << 13 | sym[r].l << 25;
+                }
+                ptr = wide_encode_zmm_paired(paired, ranks, whole, x, ptr, P);
             } else if (e->avx2) {
                 uint64_t *rec = e->rec;
                 for (Py_ssize_t r = 0; r < bins; r++) {
                     rec[2 * r] = sym[r].m | sym[r].x_max << 32;
                     rec[2 * r + 1] = sym[r].freq | sym[r].cum << 16 | (uint64_t)sym[r].l << 32;
                 }
-                if (e->small_zmm && bins <= SMALL_ENC_BINS) {
-                    uint32_t small[4 * SMALL_ENC_BINS] = {0};
-                    for (Py_ssize_t r = 0; r < bins; r++) {
-                        small[r] = sym[r].m;
-                        small[SMALL_ENC_BINS + r] = (uint32_t)sym[r].x_max;  /* below 2^32: two bins or more */
-                        small[2 * SMALL_ENC_BINS + r] = sym[r].freq | sym[r].cum << 16;
-                        small[3 * SMALL_ENC_BINS + r] = sym[r].l;
-                    }
-                    ptr = wide_encode_zmm_small(small, ranks, whole, x, ptr, P);
-                } else if (e->small_zmm && bins <= PAIRED_ENC_BINS && P <= PACKED_MAX_P) {
-                    uint32_t paired[2 * PAIRED_ENC_BINS] = {0};
-                    for (Py_ssize_t r = 0; r < bins; r++) {
-                        paired[r] = sym[r].m;
-                        paired[PAIRED_ENC_BINS + r] = sym[r].freq | sym[r].cum << 13 | sym[r].l << 25;
-                    }
-                    ptr = wide_encode_zmm_paired(paired, ranks, whole, x, ptr, P);
-                } else
-                    ptr = (e->wide_zmm ? wide_encode_zmm : wide_encode_avx2)(rec, ranks, whole, x, ptr, P);
+                ptr = (e->wide_zmm ? wide_encode_zmm : wide_encode_avx2)(rec, ranks, whole, x, ptr, P);
             } else {
                 for (Py_ssize_t i = whole - WIDE_LANES; i >= 0; i -= WIDE_LANES)
                     for (int k = WIDE_LANES - 1; k >= 0; k--) {

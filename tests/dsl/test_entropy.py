@@ -63,7 +63,7 @@ def test_c_and_python_agree_on_a_block_of_many_values(bits, monkeypatch):
 @pytest.mark.parametrize("bits", [1, 5, 8, 12, 16, 17, 24, 32])
 def test_both_c_encoding_kernels_write_the_same_block(bits, lanes):
     """With BMI2, on wide blocks AVX2, for 8-bit values the offsets 64 at a
-    time with AVX-512 VBMI, and a wide block of at most 32 bins with its
+    time with AVX-512 VBMI, and a wide block of at most 64 bins with its
     model in registers (simd 1; simd 4: the 512-bit gathers alone), where
     the CPU has them, and without: the same steps, the same bytes (blocks
     of one bin, the only ones whose state bound is 2^32, always without
