@@ -137,15 +137,15 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"# One-shot unpack by stage, {args.runs} fresh processes an item, {args.threads} threads")
     with tempfile.TemporaryDirectory() as tmp:
-        archives = {}
-        for item in args.items.split(",") + ([args.after] if args.after else []):
+        items, archives = args.items.split(","), {}
+        for item in dict.fromkeys(items + ([args.after] if args.after else [])):  # each archive made once
             source = args.corpus / item
             if not source.exists():
                 raise SystemExit(f"no item {item} in {args.corpus}")
             archives[item] = Path(tmp) / f"{item}.brv"
             brevis.compress([source], archives[item])
         after = archives[args.after] if args.after else None
-        for item in args.items.split(","):
+        for item in items:
             runs = [run_once(archives[item], args.threads, args.calls, after) for _ in range(args.runs)]
             report(item, runs, args.threads, args.after)
     return 0
